@@ -166,9 +166,7 @@ def add_result(cp: TurnCheckpoint, pending_id: str, result: ToolResultBlock) -> 
     return replace(cp, inflight=inflight, results_so_far=(*cp.results_so_far, result))
 
 
-def answer(
-    cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: float
-) -> TurnCheckpoint:
+def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: float) -> TurnCheckpoint:
     """Record the user's answer to a question."""
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
     return replace(

@@ -155,7 +155,10 @@ class RuleSet:
                 if rule.matches(tool, args):
                     why = rule.reason or _describe(rule)
                     return Verdict(rule.decision, why, index, rule.approvers)
-        return Verdict(self.default_decision, f"no rule matched {tool}: default_decision")
+        return Verdict(
+            self.default_decision,
+            f"no rule matched {tool}; default_decision is {self.default_decision.value}",
+        )
 
     @staticmethod
     def from_dict(data: Any) -> RuleSet:

@@ -38,9 +38,7 @@ class CheckpointStore(Protocol):
         """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
         ...
 
-    def list_open(
-        self, agent: str | None = None, tenant: str | None = None
-    ) -> list[TurnCheckpoint]:
+    def list_open(self, agent: str | None = None, tenant: str | None = None) -> list[TurnCheckpoint]:
         """Checkpoints that still have something to decide, oldest first."""
         ...
 

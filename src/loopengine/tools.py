@@ -36,9 +36,7 @@ class Tool:
         }
 
 
-def tool_from_model(
-    name: str, description: str, model: type[Any], execute: Callable[[Any], Any]
-) -> Tool:
+def tool_from_model(name: str, description: str, model: type[Any], execute: Callable[[Any], Any]) -> Tool:
     """Build a Tool whose schema comes from pydantic ``model``; ``execute`` gets it parsed."""
     schema = model.model_json_schema()
     schema.pop("title", None)

@@ -1,0 +1,129 @@
+"""Agent configuration: what a turn runs under, its snapshot and hash, and loading from a folder.
+
+An agent lives in one folder (``src/agents/<python_name>/``): ``agent.yaml`` (name, model, system
+prompt, max tokens, tools, optional notifier), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``,
+a list of :class:`~loopengine.tools.Tool`). ``script.py`` may add ``respond`` for the offline
+scripted model.
+
+A turn stores :meth:`AgentConfig.snapshot` under its hash when it starts and resumes under that
+snapshot: the prompt, model, tool schemas and rules a human approved against are the ones that
+finish the turn; only tool *code* is looked up by name at resume time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopengine.errors import ConfigError
+from loopengine.gate import RuleSet
+from loopengine.tools import ASK_USER_SPEC, Tool, ToolFn
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything a turn runs under."""
+
+    name: str
+    model: str
+    system: str
+    tools: tuple[Tool, ...]
+    rules: RuleSet
+    max_tokens: int = 1024
+    max_iterations: int = 10
+    notifier: JsonDict | None = None
+    extra: JsonDict = field(default_factory=dict)
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has it."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_specs(self) -> list[JsonDict]:
+        """The ``tools`` list sent to the model, built-in ``system_ask_user`` last."""
+        return [t.spec() for t in self.tools] + [ASK_USER_SPEC]
+
+    def snapshot(self) -> JsonDict:
+        """Everything that governs behaviour except tool code, as plain JSON."""
+        return {
+            "name": self.name,
+            "model": self.model,
+            "system": self.system,
+            "max_tokens": self.max_tokens,
+            "max_iterations": self.max_iterations,
+            "tools": [t.spec() for t in self.tools],
+            "rules": self.rules.source,
+            "notifier": self.notifier,
+            "extra": self.extra,
+        }
+
+    def config_hash(self) -> str:
+        """Content hash of :meth:`snapshot`."""
+        return snapshot_hash(self.snapshot())
+
+
+def snapshot_hash(snapshot: JsonDict) -> str:
+    """``sha256:`` + hex digest of the canonical JSON of a snapshot."""
+    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
+    """Rebuild a config from a stored snapshot; tool code comes from ``code`` by name.
+
+    A tool whose code no longer exists still has its schema (the model saw it); calling it
+    yields an error result instead of running something else.
+    """
+    tools = []
+    for spec in snapshot["tools"]:
+        fn = code.get(spec["name"]) or _missing(spec["name"])
+        tools.append(Tool(spec["name"], spec["description"], spec["input_schema"], fn))
+    return AgentConfig(
+        name=snapshot["name"],
+        model=snapshot["model"],
+        system=snapshot["system"],
+        tools=tuple(tools),
+        rules=RuleSet.from_dict(snapshot["rules"]),
+        max_tokens=int(snapshot["max_tokens"]),
+        max_iterations=int(snapshot["max_iterations"]),
+        notifier=snapshot.get("notifier"),
+        extra=dict(snapshot.get("extra") or {}),
+    )
+
+
+def _missing(name: str) -> ToolFn:
+    def run(_args: JsonDict) -> Any:
+        raise ConfigError(f"tool {name!r} no longer exists in this deployment")
+
+    return run
+
+
+def parse_agent(raw: Any, rules: Any, tools: list[Tool], where: str) -> AgentConfig:
+    """Validate ``agent.yaml`` content (already parsed) against the tools it names."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: agent.yaml must be a mapping")
+    for key in ("name", "model", "system"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise ConfigError(f"{where}: agent.yaml needs a non-empty '{key}'")
+    by_name = {t.name: t for t in tools}
+    wanted = raw.get("tools", list(by_name))
+    if not isinstance(wanted, list):
+        raise ConfigError(f"{where}: 'tools' must be a list of tool names")
+    unknown = [n for n in wanted if n not in by_name]
+    if unknown:
+        raise ConfigError(f"{where}: tools {unknown} are not defined in tools.py")
+    known = {"name", "model", "system", "tools", "max_tokens", "max_iterations", "notifier"}
+    return AgentConfig(
+        name=raw["name"],
+        model=raw["model"],
+        system=raw["system"],
+        tools=tuple(by_name[n] for n in wanted),
+        rules=RuleSet.from_dict(rules),
+        max_tokens=int(raw.get("max_tokens", 1024)),
+        max_iterations=int(raw.get("max_iterations", 10)),
+        notifier=raw.get("notifier"),
+        extra={k: v for k, v in raw.items() if k not in known},
+    )

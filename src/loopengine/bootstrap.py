@@ -1,0 +1,114 @@
+"""Build a Runtime from an environment mapping: the one place configuration is read.
+
+Callers pass the environment in (``os.environ`` in handlers and the CLI, a dict in tests), so no
+module reads the process environment behind anyone's back. Heavy adapters are imported only when
+chosen: the SQLite path never imports boto3, the scripted model never imports anthropic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from loopengine.agent import AgentConfig
+from loopengine.clock import Clock, SystemClock
+from loopengine.errors import ConfigError
+from loopengine.ports import ModelClient, Notifier, ResumeInvoker, Stores
+from loopengine.registry import AgentRegistry
+from loopengine.runtime import Runtime
+
+DEFAULT_DB = ".loopengine/loopengine.db"
+
+
+def open_stores(env: Mapping[str, str], clock: Clock) -> Stores:
+    """DynamoDB when ``LOOPENGINE_TABLE`` is set, else SQLite at ``LOOPENGINE_DB``."""
+    table = env.get("LOOPENGINE_TABLE")
+    if table:
+        from loopengine.stores.dynamodb import open_dynamodb_stores  # type: ignore[import-untyped,unused-ignore]
+
+        stores: Stores = open_dynamodb_stores(table, clock)
+        return stores
+    from loopengine.stores.sqlite import open_sqlite_stores
+
+    return open_sqlite_stores(env.get("LOOPENGINE_DB") or DEFAULT_DB, clock)
+
+
+class ModelChooser:
+    """``LOOPENGINE_MODEL=scripted`` or no API key -> the agent's offline script; else Anthropic."""
+
+    def __init__(self, env: Mapping[str, str], registry: AgentRegistry) -> None:
+        choice = env.get("LOOPENGINE_MODEL", "")
+        self.offline = choice == "scripted" or not env.get("ANTHROPIC_API_KEY")
+        self._registry = registry
+        self._anthropic: ModelClient | None = None
+
+    def __call__(self, config: AgentConfig) -> ModelClient:
+        """The model client for one agent."""
+        if self.offline:
+            from loopengine.models.scripted import ScriptedModel
+
+            script = self._registry.script(config.name)
+            if script is None:
+                raise ConfigError(
+                    f"agent {config.name!r} ships no script.py for the offline model; "
+                    "set ANTHROPIC_API_KEY to use Anthropic"
+                )
+            return ScriptedModel(script)
+        if self._anthropic is None:
+            from loopengine.models.anthropic import AnthropicModel
+
+            self._anthropic = AnthropicModel()
+        return self._anthropic
+
+
+class NotifierChooser:
+    """The agent's own ``notifier:`` block wins; else the deployment default webhook (if any)."""
+
+    def __init__(self, env: Mapping[str, str], clock: Clock) -> None:
+        self._env = env
+        self._clock = clock
+        self._cache: dict[str, Notifier | None] = {}
+
+    def __call__(self, config: AgentConfig) -> Notifier | None:
+        """The notifier for one agent (built once)."""
+        if config.name not in self._cache:
+            self._cache[config.name] = self._build(config.notifier)
+        return self._cache[config.name]
+
+    def _build(self, block: dict[str, Any] | None) -> Notifier | None:
+        from loopengine.notify.webhook import WebhookNotifier, from_env
+
+        if not block:
+            return from_env(self._env, self._clock)
+        channel = block.get("channel")
+        cfg = block.get("config") or {}
+        if channel == "database":
+            return None  # no push: the pending list is the poll surface
+        if channel != "webhook":
+            raise ConfigError(f"notifier channel {channel!r} is not available in this build")
+        url = cfg.get("url") or self._env.get(cfg.get("url_env", ""), "")
+        secret = self._env.get(cfg.get("secret_env", ""), "")
+        if not url or not secret:
+            raise ConfigError("webhook notifier needs url (or url_env) and secret_env")
+        return WebhookNotifier(url, secret, clock=self._clock)
+
+
+def build_runtime(
+    env: Mapping[str, str],
+    *,
+    invoker: ResumeInvoker,
+    stores: Stores | None = None,
+    clock: Clock | None = None,
+    registry: AgentRegistry | None = None,
+) -> Runtime:
+    """Assemble the runtime for this process from ``env``."""
+    clock = clock or SystemClock()
+    registry = registry or AgentRegistry()
+    return Runtime(
+        stores=stores or open_stores(env, clock),
+        agents=registry,
+        model_for=ModelChooser(env, registry),
+        notifier_for=NotifierChooser(env, clock),
+        invoker=invoker,
+        public_url=env.get("LOOPENGINE_PUBLIC_URL", "http://127.0.0.1:8787"),
+    )

@@ -1,0 +1,50 @@
+"""The ``loopengine`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from loopengine.errors import LoopengineError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopengine", description="Durable tool-calling agents that pause for a human."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the offline end-to-end walkthrough")
+    demo.add_argument(
+        "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
+    )
+    demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
+    sub.add_parser("agents", help="list the agents this checkout ships")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from loopengine.demo import run_demo
+
+            db = args.db or os.environ.get("LOOPENGINE_DB") or ".loopengine/demo.db"
+            return run_demo(db, fresh=args.fresh)
+        if args.command == "agents":
+            from loopengine.registry import AgentRegistry
+
+            for name in AgentRegistry().names():
+                print(name)
+            return 0
+    except LoopengineError as exc:
+        print(f"loopengine: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

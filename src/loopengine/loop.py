@@ -1,0 +1,233 @@
+"""The turn loop: advance a turn from its durable record until it pauses or finishes.
+
+The loop is a reader of the record, not the holder of state. Each pass looks at the last message
+of the session history and does the next step, writing it down before the step after:
+
+    last message is the user's      -> call the model, append its response
+    assistant, no tool_use           -> finish: end_turn
+    assistant with tool_use blocks   -> bucket the batch (verdicts recorded once), run allowed calls
+                                        (each claimed before it runs, outcome recorded after),
+                                        park pending ones in a TurnCheckpoint, or append the
+                                        complete tool_result message and go round again
+
+Because every step starts from the record, any process can continue any turn: a crash or a
+redeploy costs nothing, and a call found started with no outcome is reported ``unknown``, not rerun.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from loopengine import outcomes
+from loopengine.agent import AgentConfig
+from loopengine.batch import pending_notification, plan_batch, run_call
+from loopengine.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.errors import AlreadyExists, ModelError, VersionConflict
+from loopengine.messages import Message, ToolResultBlock
+from loopengine.ports import ModelRequest
+from loopengine.runtime import Runtime
+from loopengine.turns import StopReason, TurnRecord, TurnStatus
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """Where a turn stands after the loop stopped advancing it."""
+
+    turn_id: str
+    session_id: str
+    status: TurnStatus
+    stop_reason: StopReason | None
+    text: str | None = None
+    pending: list[PendingItem] = field(default_factory=list)
+
+
+def outcome_of(turn: TurnRecord, pending: list[PendingItem] | None = None) -> TurnOutcome:
+    """Describe a turn record."""
+    return TurnOutcome(turn.turn_id, turn.session_id, turn.status, turn.stop_reason, turn.text, pending or [])
+
+
+def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOutcome:
+    """Advance ``turn_id`` (which the caller has claimed: status running) as far as it goes.
+
+    ``deadline`` (clock seconds) is the time budget: past it, the turn stops at a round boundary
+    and is handed to the resume worker, and the outcome says ``running``.
+    """
+    turns, sessions, clock = rt.stores.turns, rt.stores.sessions, rt.stores.clock
+    turn = _load(rt, turn_id)
+    config = rt.config_of(turn)
+    model = rt.model_for(config)
+    while True:
+        turn = _load(rt, turn_id)
+        if turn.status is not TurnStatus.RUNNING:
+            return outcome_of(turn)
+        history = sessions.load(turn.session_id)
+        last = history[-1]
+        if last.role == "assistant":
+            if not last.tool_uses:
+                return finish(rt, config, turn, StopReason.END_TURN, last.text)
+            stopped = _batch(rt, config, turn, history)
+            if stopped is not None:
+                return stopped
+            continue
+        rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
+        if rounds >= config.max_iterations:
+            return finish(rt, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
+        if deadline is not None and clock.now() >= deadline:
+            rt.event(turn_id, "handed_off", reason="time budget reached")
+            rt.invoker.invoke(turn_id)
+            return outcome_of(turn)
+        request = ModelRequest(config.model, config.system, config.max_tokens, history, config.tool_specs())
+        try:
+            response = model.create(request)
+        except ModelError as exc:
+            rt.event(turn_id, "model_error", error=str(exc), retryable=exc.retryable)
+            return finish(rt, config, turn, StopReason.ERROR, f"model call failed: {exc}")
+        message = Message("assistant", response.content)
+        sessions.append(turn.session_id, [message], expected_len=len(history))
+        rt.event(
+            turn_id,
+            "model_response",
+            stopReason=response.stop_reason,
+            toolUses=[u.name for u in message.tool_uses],
+        )
+        turns.replace_turn(replace(turn, lease_until=clock.now() + rt.lease_seconds))
+
+
+def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]) -> TurnOutcome | None:
+    """Handle the tool_use batch at the end of history; ``None`` means go round again."""
+    if turn.checkpoint_id is not None:
+        return _close_batch(rt, config, turn, history)
+    uses = history[-1].tool_uses
+    turn = _record_verdicts(rt, config, turn)
+    plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now())
+    if plan.denied:
+        results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
+        results += [outcomes.skipped(u.id) for u in uses if u not in plan.denied]
+        _append_results(rt, turn, history, results)
+        return finish(rt, config, turn, StopReason.DENIED, None)
+    results = [run_call(rt, config, turn.turn_id, u) for u in plan.allowed]
+    if not plan.pending:
+        _append_results(rt, turn, history, results)
+        return None
+    return _park(rt, config, turn, len(history) - 1, results, plan.pending)
+
+
+def _close_batch(
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
+    assert turn.checkpoint_id is not None
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    if cp is None or not cp.complete:
+        return outcome_of(turn)
+    _append_results(rt, turn, history, list(cp.results_so_far))
+    turn = rt.stores.turns.replace_turn(replace(turn, checkpoint_id=None))
+    if cp.denied:
+        return finish(rt, config, turn, StopReason.DENIED, None)
+    return None
+
+
+def _record_verdicts(rt: Runtime, config: AgentConfig, turn: TurnRecord) -> TurnRecord:
+    """Evaluate the gate for calls without a recorded verdict and record them (first write wins)."""
+    uses = rt.stores.sessions.load(turn.session_id)[-1].tool_uses
+    missing = [u for u in uses if u.id not in turn.verdicts]
+    if not missing:
+        return turn
+    verdicts = dict(turn.verdicts)
+    for use in missing:
+        verdicts[use.id] = config.rules.evaluate(use.name, use.input).to_dict()
+    try:
+        return rt.stores.turns.replace_turn(replace(turn, verdicts=verdicts))
+    except VersionConflict as conflict:
+        current = conflict.current
+        assert isinstance(current, TurnRecord)
+        return current
+
+
+def _park(
+    rt: Runtime,
+    config: AgentConfig,
+    turn: TurnRecord,
+    seq: int,
+    results: list[ToolResultBlock],
+    pending: list[PendingItem],
+) -> TurnOutcome:
+    """Write the checkpoint and its pointers, mark the turn paused, notify."""
+    cp = TurnCheckpoint(
+        id=f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}",
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        agent=turn.agent,
+        tenant=turn.tenant,
+        results_so_far=tuple(results),
+        outstanding={p.pending_id: p for p in pending},
+        created_at=rt.stores.clock.now(),
+    )
+    try:
+        rt.stores.checkpoints.create(cp)
+    except AlreadyExists:  # a previous run of this step got this far; use what it wrote
+        stored = rt.stores.checkpoints.get(cp.id)
+        assert stored is not None
+        cp = stored
+    stop = (
+        StopReason.PENDING_QUESTION
+        if all(p.kind == "question" for p in cp.outstanding.values())
+        else StopReason.PENDING_APPROVAL
+    )
+    turn = rt.stores.turns.replace_turn(
+        replace(turn, status=TurnStatus.PAUSED, stop_reason=stop, checkpoint_id=cp.id)
+    )
+    items = list(cp.outstanding.values())
+    rt.event(turn.turn_id, "paused", stopReason=stop.value, pendingIds=[p.pending_id for p in items])
+    for item in items:
+        event, payload = pending_notification(rt, turn, item)
+        rt.notify(config, turn.turn_id, event, payload)
+    return outcome_of(turn, items)
+
+
+def _append_results(
+    rt: Runtime, turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]
+) -> None:
+    """Append the one user message answering every tool_use of the batch, in tool_use order."""
+    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
+    ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+    rt.stores.sessions.append(turn.session_id, [Message("user", tuple(ordered))], expected_len=len(history))
+
+
+def finish(
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, stop: StopReason, text: str | None
+) -> TurnOutcome:
+    """Mark the turn finished, record it and fire ``run_finish``."""
+    turn = rt.stores.turns.replace_turn(
+        replace(turn, status=TurnStatus.FINISHED, stop_reason=stop, text=text, checkpoint_id=None)
+    )
+    rt.event(turn.turn_id, "finished", stopReason=stop.value)
+    payload = {
+        "turnId": turn.turn_id,
+        "sessionId": turn.session_id,
+        "agent": turn.agent,
+        "tenant": turn.tenant,
+        "stopReason": stop.value,
+        "text": text,
+        "trigger": turn.trigger,
+    }
+    rt.notify(config, turn.turn_id, "run_finish", payload)
+    return outcome_of(turn)
+
+
+def _load(rt: Runtime, turn_id: str) -> TurnRecord:
+    turn = rt.stores.turns.get_turn(turn_id)
+    if turn is None:
+        from loopengine.errors import NotFound
+
+        raise NotFound(f"no turn {turn_id!r}")
+    return turn
+
+
+def _last_text(history: list[Message]) -> str | None:
+    for msg in reversed(history):
+        if msg.role == "assistant" and msg.text:
+            return msg.text
+    return None

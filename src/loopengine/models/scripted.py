@@ -1,0 +1,114 @@
+"""A deterministic ModelClient for tests, demos and offline runs: no network, no randomness.
+
+:class:`ScriptedModel` answers with a function of the request. :meth:`ScriptedModel.from_list`
+plays a fixed script and is stateless: it picks response *k*, where *k* is the number of
+assistant messages already in the conversation, so a turn resumed by another process (a fresh
+instance) continues exactly where the script left off.
+
+Build scripts with :func:`say` and :func:`call`::
+
+    model = ScriptedModel.from_list([
+        call(use("lookup_order", {"order_id": "A-1001"}, text="Let me look.")),
+        say("Your order arrived broken; I can refund it."),
+    ])
+
+A tool_use written without an ``id`` gets one derived from the request (history length, position
+in the response, tool name), so ids are unique within a conversation and identical on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from loopengine.errors import FatalModelError
+from loopengine.messages import Block, JsonDict, TextBlock, ToolUseBlock
+from loopengine.ports import ModelRequest, ModelResponse
+
+Responder = Callable[[ModelRequest], ModelResponse]
+"""Computes the model's answer to one request."""
+
+_UNASSIGNED = ""
+"""The id a tool_use carries until :class:`ScriptedModel` derives one from the request."""
+
+
+@dataclass(frozen=True)
+class ScriptedUse:
+    """One scripted tool call, optionally preceded by a sentence of text; see :func:`use`."""
+
+    name: str
+    input: JsonDict
+    id: str | None = None
+    text: str | None = None
+
+
+def use(name: str, input: JsonDict, id: str | None = None, text: str | None = None) -> ScriptedUse:
+    """A tool call for :func:`call`: ``name(input)``, with an optional fixed ``id`` and ``text``."""
+    return ScriptedUse(name=name, input=dict(input), id=id, text=text)
+
+
+def say(text: str) -> ModelResponse:
+    """A final answer: one text block, stop reason ``end_turn``."""
+    return ModelResponse(content=(TextBlock(text),), stop_reason="end_turn")
+
+
+def call(*uses: ScriptedUse) -> ModelResponse:
+    """A batch of tool calls in order, stop reason ``tool_use``; ids default to derived ones."""
+    if not uses:
+        raise ValueError("call() needs at least one use(...)")
+    blocks: list[Block] = []
+    for u in uses:
+        if u.text:
+            blocks.append(TextBlock(u.text))
+        blocks.append(ToolUseBlock(id=u.id or _UNASSIGNED, name=u.name, input=dict(u.input)))
+    return ModelResponse(content=tuple(blocks), stop_reason="tool_use")
+
+
+def derived_id(request: ModelRequest, index: int, name: str) -> str:
+    """The id of the ``index``-th tool_use answering ``request``: stable and history-unique."""
+    seed = f"{len(request.messages)}:{index}:{name}".encode()
+    return "toolu_" + hashlib.sha256(seed).hexdigest()[:24]
+
+
+@dataclass
+class ScriptedModel:
+    """A ModelClient that answers with ``responder`` and records every request it was sent."""
+
+    responder: Responder
+    requests: list[ModelRequest] = field(default_factory=list)
+
+    @classmethod
+    def from_list(cls, responses: Sequence[ModelResponse]) -> ScriptedModel:
+        """Play ``responses`` in order, choosing by the number of assistant messages so far.
+
+        Running past the end raises ``FatalModelError``.
+        """
+        script = tuple(responses)
+
+        def next_in_script(request: ModelRequest) -> ModelResponse:
+            k = sum(1 for m in request.messages if m.role == "assistant")
+            if k >= len(script):
+                raise FatalModelError(
+                    f"scripted model ran out: the conversation already has {k} assistant "
+                    f"message(s) but the script holds only {len(script)} response(s)"
+                )
+            return script[k]
+
+        return cls(next_in_script)
+
+    def create(self, request: ModelRequest) -> ModelResponse:
+        """Record ``request``, then answer it, giving id-less tool_use blocks derived ids."""
+        self.requests.append(request)
+        response = self.responder(request)
+        if not any(isinstance(b, ToolUseBlock) and b.id == _UNASSIGNED for b in response.content):
+            return response
+        content: list[Block] = []
+        index = 0
+        for block in response.content:
+            if isinstance(block, ToolUseBlock):
+                if block.id == _UNASSIGNED:
+                    block = replace(block, id=derived_id(request, index, block.name))
+                index += 1
+            content.append(block)
+        return replace(response, content=tuple(content))

@@ -1,0 +1,158 @@
+"""Webhook signatures: the one algorithm both the sender and the receiver use.
+
+A signed webhook carries one header, chosen by the body's ``event``:
+
+    approval              X-Actauth-Signature
+    question              X-Askuser-Signature
+    run_start, run_finish X-Loopengine-Signature
+
+and its value is ``t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body bytes>")>``. The
+MAC covers the exact bytes on the wire, so a receiver must verify the raw body *before* parsing it.
+A value may carry several ``v1=`` entries (one per secret while a key is being rotated); one match
+is enough. Entries with other schemes (``v0=``, ...) are ignored, so new schemes can be added
+without breaking old receivers.
+
+:func:`verify_webhook` returns ``None`` when the request is authentic and fresh, and otherwise
+raises :class:`WebhookVerificationError`, whose ``reason`` says why (a :class:`RejectReason`).
+Raising rather than returning a bool means a caller cannot forget to look at the answer.
+
+Standard library only; this is the one module under ``notify`` allowed to read ``time.time``
+(for ``now=None``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+
+APPROVAL_SIGNATURE_HEADER = "X-Actauth-Signature"
+QUESTION_SIGNATURE_HEADER = "X-Askuser-Signature"
+LIFECYCLE_SIGNATURE_HEADER = "X-Loopengine-Signature"
+
+SIGNATURE_HEADERS: Mapping[str, str] = MappingProxyType(
+    {
+        "approval": APPROVAL_SIGNATURE_HEADER,
+        "question": QUESTION_SIGNATURE_HEADER,
+        "run_start": LIFECYCLE_SIGNATURE_HEADER,
+        "run_finish": LIFECYCLE_SIGNATURE_HEADER,
+    }
+)
+"""Event name → the header its signature travels in."""
+
+DEFAULT_TOLERANCE = 300
+"""Seconds a signature's timestamp may differ from the receiver's clock, either way."""
+
+SCHEME = "v1"
+
+_HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+_MAX_HEADER_LEN = 4096
+
+
+class RejectReason(StrEnum):
+    """Why a webhook failed verification."""
+
+    MISSING_HEADER = "missing_header"
+    MALFORMED_HEADER = "malformed_header"
+    STALE_TIMESTAMP = "stale_timestamp"
+    BAD_SIGNATURE = "bad_signature"
+
+
+class WebhookVerificationError(ValueError):
+    """A webhook's signature header is missing, malformed, stale or does not match."""
+
+    def __init__(self, reason: RejectReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def signature_header(event: str) -> str:
+    """Return the header name that carries the signature for ``event``.
+
+    Raises ``ValueError`` for an event that is not one of ``SIGNATURE_HEADERS``.
+    """
+    try:
+        return SIGNATURE_HEADERS[event]
+    except KeyError:
+        known = ", ".join(SIGNATURE_HEADERS)
+        raise ValueError(f"unknown webhook event {event!r} (expected one of {known})") from None
+
+
+def _mac(secret: str, body: bytes, timestamp: int) -> str:
+    message = str(timestamp).encode("ascii") + b"." + body
+    return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
+
+
+def sign(secret: str, body: bytes, timestamp: int) -> str:
+    """Return the signature header value ``t=<timestamp>,v1=<hex HMAC-SHA256>`` for ``body``."""
+    return f"t={timestamp},{SCHEME}={_mac(secret, body, timestamp)}"
+
+
+def _parse(header_value: str) -> tuple[int, list[str]]:
+    """Split a header value into its timestamp and its ``v1`` signatures (lower-case hex)."""
+    if len(header_value) > _MAX_HEADER_LEN:
+        raise WebhookVerificationError(RejectReason.MALFORMED_HEADER, "signature header too long")
+    timestamps: list[str] = []
+    signatures: list[str] = []
+    for part in header_value.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep:
+            raise WebhookVerificationError(
+                RejectReason.MALFORMED_HEADER, "signature header entries must be key=value"
+            )
+        if key == "t":
+            timestamps.append(value)
+        elif key == SCHEME:
+            if not _HEX_SHA256.fullmatch(value):
+                raise WebhookVerificationError(
+                    RejectReason.MALFORMED_HEADER, "v1 signature is not 64 hex digits"
+                )
+            signatures.append(value.lower())
+    if len(timestamps) != 1 or not timestamps[0].isascii() or not timestamps[0].isdigit():
+        raise WebhookVerificationError(
+            RejectReason.MALFORMED_HEADER, "signature header needs exactly one t=<unix seconds>"
+        )
+    if not signatures:
+        raise WebhookVerificationError(RejectReason.MALFORMED_HEADER, "signature header has no v1= signature")
+    return int(timestamps[0]), signatures
+
+
+def verify_webhook(
+    secret: str,
+    body: bytes,
+    header_value: str | None,
+    *,
+    now: float | None = None,
+    tolerance: int = DEFAULT_TOLERANCE,
+) -> None:
+    """Check that ``body`` was signed with ``secret`` within ``tolerance`` seconds of ``now``.
+
+    ``header_value`` is the raw value of the event's signature header (``None`` when the request
+    had none); ``body`` is the raw request body, exactly as received. ``now`` defaults to the
+    system clock. Returns ``None`` when the webhook is authentic and fresh; otherwise raises
+    :class:`WebhookVerificationError` with a ``reason``. The signature is checked before the
+    timestamp, so ``STALE_TIMESTAMP`` is only ever reported for an authentic (replayed) request.
+    Comparisons are constant time.
+    """
+    if tolerance < 0:
+        raise ValueError("tolerance must not be negative")
+    if not header_value:
+        raise WebhookVerificationError(RejectReason.MISSING_HEADER, "no signature header")
+    timestamp, signatures = _parse(header_value)
+    expected = _mac(secret, body, timestamp)
+    # Compare against every entry without short-circuiting, so timing reveals nothing.
+    matched = False
+    for candidate in signatures:
+        matched |= hmac.compare_digest(expected, candidate)
+    if not matched:
+        raise WebhookVerificationError(RejectReason.BAD_SIGNATURE, "signature does not match the body")
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance:
+        raise WebhookVerificationError(
+            RejectReason.STALE_TIMESTAMP,
+            f"signature timestamp is more than {tolerance} s away from the receiver's clock",
+        )

@@ -1,0 +1,67 @@
+"""What the loop needs from the outside world, bundled once per process by a composition root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from loopengine.agent import AgentConfig, from_snapshot
+from loopengine.errors import NotFound
+from loopengine.ports import ModelClient, Notification, Notifier, ResumeInvoker, Stores
+from loopengine.tools import ToolFn
+from loopengine.turns import TurnRecord
+
+JsonDict = dict[str, Any]
+
+
+class AgentSource(Protocol):
+    """Where current agent configs and tool code come from (see ``registry.AgentRegistry``)."""
+
+    def get(self, name: str) -> AgentConfig:
+        """The current config of an agent."""
+        ...
+
+    def code(self, name: str) -> dict[str, ToolFn]:
+        """Tool implementations by name."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """Stores, agents, model, notifier and resume invoker for one process."""
+
+    stores: Stores
+    agents: AgentSource
+    model_for: Callable[[AgentConfig], ModelClient]
+    notifier_for: Callable[[AgentConfig], Notifier | None]
+    invoker: ResumeInvoker
+    public_url: str = ""
+    lease_seconds: float = 900.0
+    stale_call_seconds: float = 900.0
+
+    def config_of(self, turn: TurnRecord) -> AgentConfig:
+        """The config snapshot the turn started under, with today's tool code."""
+        snapshot = self.stores.turns.get_config(turn.config_hash)
+        if snapshot is None:
+            raise NotFound(f"config snapshot {turn.config_hash} of turn {turn.turn_id} is missing")
+        return from_snapshot(snapshot, self.agents.code(turn.agent))
+
+    def event(self, turn_id: str, kind: str, **data: Any) -> None:
+        """Append an audit event stamped with the clock."""
+        self.stores.turns.add_event(turn_id, {"type": kind, "at": self.stores.clock.now(), **data})
+
+    def notify(self, config: AgentConfig, turn_id: str, event: str, payload: JsonDict) -> None:
+        """Deliver one notification; a failure is recorded in the audit trail, never raised."""
+        wanted = (config.notifier or {}).get("events")
+        if wanted is not None and event not in wanted:
+            return
+        notifier = self.notifier_for(config)
+        if notifier is None:
+            return
+        try:
+            where = notifier.send(Notification(event, payload))
+        except Exception as exc:  # a notifier must never lose the turn
+            self.event(turn_id, "notification_failed", notification=event, error=str(exc))
+            return
+        self.event(turn_id, "notified", notification=event, channel=where)
