@@ -19,6 +19,8 @@ def _parser() -> argparse.ArgumentParser:
         "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
     )
     demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
+    dev = sub.add_parser("dev", help="serve the HTTP API locally on 127.0.0.1 (same handlers as AWS)")
+    dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
     sub.add_parser("agents", help="list the agents this checkout ships")
     return parser
 
@@ -32,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
             db = args.db or os.environ.get("LOOPENGINE_DB") or ".loopengine/demo.db"
             return run_demo(db, fresh=args.fresh)
+        if args.command == "dev":
+            from loopengine.dev import serve
+
+            return serve(args.port)
         if args.command == "agents":
             from loopengine.registry import AgentRegistry
 

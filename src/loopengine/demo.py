@@ -78,9 +78,7 @@ def run_demo(db_path: str, fresh: bool = True, out: TextIO = sys.stdout) -> int:
             _walkthrough(engine, rx, t),
             _cascade(engine, rx, t),
         ]
-    stores_close = getattr(stores.sessions, "close", None)
-    if callable(stores_close):
-        stores_close()
+    stores.close()
     ok = all(checks)
     t.title("done" if ok else "FAILED")
     t.detail(

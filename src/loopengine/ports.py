@@ -8,6 +8,7 @@ caller needs no second read. Creates raise :class:`~loopengine.errors.AlreadyExi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -157,9 +158,13 @@ class ResumeInvoker(Protocol):
 
 @dataclass(frozen=True)
 class Stores:
-    """The three stores plus the clock, as one bundle the core passes around."""
+    """The three stores plus the clock, as one bundle the core passes around.
+
+    ``close`` releases the backend's resources (a SQLite file handle); a no-op where there are none.
+    """
 
     checkpoints: CheckpointStore
     sessions: SessionStore
     turns: TurnStore
     clock: Clock
+    close: Callable[[], None] = field(default=lambda: None, compare=False)

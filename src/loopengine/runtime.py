@@ -39,6 +39,7 @@ class Runtime:
     public_url: str = ""
     lease_seconds: float = 900.0
     stale_call_seconds: float = 900.0
+    observer: Callable[[str, JsonDict], None] | None = None
 
     def config_of(self, turn: TurnRecord) -> AgentConfig:
         """The config snapshot the turn started under, with today's tool code."""
@@ -48,8 +49,11 @@ class Runtime:
         return from_snapshot(snapshot, self.agents.code(turn.agent))
 
     def event(self, turn_id: str, kind: str, **data: Any) -> None:
-        """Append an audit event stamped with the clock."""
-        self.stores.turns.add_event(turn_id, {"type": kind, "at": self.stores.clock.now(), **data})
+        """Append an audit event stamped with the clock (and tell the observer, if any)."""
+        record = {"type": kind, "at": self.stores.clock.now(), **data}
+        self.stores.turns.add_event(turn_id, record)
+        if self.observer is not None:
+            self.observer(kind, {"turnId": turn_id, **record})
 
     def notify(self, config: AgentConfig, turn_id: str, event: str, payload: JsonDict) -> None:
         """Deliver one notification; a failure is recorded in the audit trail, never raised."""

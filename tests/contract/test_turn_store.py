@@ -121,9 +121,7 @@ def test_finish_call_records_the_outcome_and_keeps_the_start(stores: Stores) -> 
     result = {"type": "tool_result", "tool_use_id": started.tool_use_id, "content": '{"ok": 1}'}
 
     stores.turns.finish_call(
-        dataclasses.replace(
-            started, started_at=0.0, outcome="ok", result=result, finished_at=T0 + 3
-        )
+        dataclasses.replace(started, started_at=0.0, outcome="ok", result=result, finished_at=T0 + 3)
     )
 
     expected = dataclasses.replace(started, outcome="ok", result=result, finished_at=T0 + 3)

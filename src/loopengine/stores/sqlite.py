@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from loopengine.checkpoint import TurnCheckpoint
 from loopengine.clock import Clock
@@ -30,35 +30,30 @@ from loopengine.messages import Message
 from loopengine.ports import JsonDict, Stores
 from loopengine.turns import CallRecord, TurnRecord
 
-
-class _Record(Protocol):
-    def to_dict(self) -> JsonDict: ...
-
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
     tenant TEXT NOT NULL, closed INTEGER NOT NULL, created_at REAL NOT NULL,
     version INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS checkpoints_open ON checkpoints (created_at) WHERE closed = 0;
-CREATE TABLE IF NOT EXISTS pending_pointers (pending_id TEXT PRIMARY KEY, checkpoint_id TEXT);
-CREATE TABLE IF NOT EXISTS messages (session_id TEXT, seq INTEGER, body TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq));
+CREATE TABLE IF NOT EXISTS pending_pointers (pending_id TEXT PRIMARY KEY,
+    checkpoint_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (session_id, seq));
 CREATE TABLE IF NOT EXISTS turns (turn_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
     created_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id, created_at);
-CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT, turn_id TEXT,
-    body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turn_events_by_turn ON turn_events (turn_id, seq);
-CREATE TABLE IF NOT EXISTS tool_calls (turn_id TEXT, tool_use_id TEXT, body TEXT NOT NULL,
-    PRIMARY KEY (turn_id, tool_use_id));
+CREATE TABLE IF NOT EXISTS tool_calls (turn_id TEXT NOT NULL, tool_use_id TEXT NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (turn_id, tool_use_id));
 CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT NULL)
 """
 
 
-def _dumps(data: JsonDict | _Record) -> str:
+def _dumps(data: JsonDict) -> str:
     # ensure_ascii keeps any str (even a lone surrogate) encodable as UTF-8 for SQLite.
-    plain = data if isinstance(data, dict) else data.to_dict()
-    return json.dumps(plain, separators=(",", ":"))
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _loads(body: str) -> JsonDict:
@@ -91,29 +86,43 @@ def _compare_and_set(
     raise VersionConflict(f"{table} {row[key]} is not at version {expected}", current=current)
 
 
-def _close_all(connections: list[sqlite3.Connection]) -> None:
-    for conn in connections:
-        with suppress(sqlite3.Error):
-            conn.close()
-    connections.clear()
+def _close_all(connections: set[sqlite3.Connection]) -> None:
+    for conn in list(connections):
+        _release(conn, connections)
+
+
+def _release(conn: sqlite3.Connection, connections: set[sqlite3.Connection]) -> None:
+    connections.discard(conn)
+    with suppress(sqlite3.Error):
+        conn.close()
+
+
+class _ThreadConnection:
+    """Held in one thread's local storage: when the thread ends it is dropped, closing ``conn``."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
 
 class SqliteDatabase:
     """One SQLite file shared by the stores: a connection per thread, writes under a lock.
 
-    The parent directory is created if missing. ``":memory:"`` is refused: every thread would get
-    its own empty database. Call :meth:`close` (or use ``with``) to close every connection opened
-    through this object; anything left open is closed when the object is garbage-collected.
+    The parent directory is created if missing. ``":memory:"`` and ``""`` are refused: every
+    connection (so every thread) would get its own private database. Call :meth:`close` (or use
+    ``with``) to close every connection opened through this object; anything left open is closed
+    when the object is garbage-collected.
     """
 
     def __init__(self, path: str, busy_timeout: float = 10.0) -> None:
-        if path == ":memory:" or path.startswith("file:"):
-            raise ConfigError("the SQLite store needs a file path, not an in-memory database")
+        if path in ("", ":memory:"):
+            raise ConfigError("the SQLite store needs a file path, not a private temporary database")
         self.path = path
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: set[sqlite3.Connection] = set()
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_all, self._connections)
         try:
@@ -125,14 +134,15 @@ class SqliteDatabase:
                 conn.execute(statement)
 
     def connection(self) -> sqlite3.Connection:
-        """Return this thread's connection, opened on first use."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        """Return this thread's connection, opened on first use and closed when the thread ends."""
+        held: _ThreadConnection | None = getattr(self._local, "held", None)
         if self._closed:
             raise StoreError(f"the SQLite database {self.path} is closed")
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
+        if held is None:
+            held = _ThreadConnection(self._connect())
+            weakref.finalize(held, _release, held.conn, self._connections)
+            self._local.held = held
+        return held.conn
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
@@ -145,7 +155,7 @@ class SqliteDatabase:
                     isolation_level=None,
                     check_same_thread=False,  # only so close() may run on another thread
                 )
-                self._connections.append(conn)
+                self._connections.add(conn)
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.Error as exc:
@@ -255,7 +265,7 @@ class SqliteCheckpointStore(_SqliteStore):
 
 def _checkpoint_row(cp: TurnCheckpoint) -> dict[str, Any]:
     columns = {"id": cp.id, "agent": cp.agent, "tenant": cp.tenant, "closed": int(cp.closed)}
-    return {**columns, "created_at": cp.created_at, "version": cp.version, "body": _dumps(cp)}
+    return {**columns, "created_at": cp.created_at, "version": cp.version, "body": _dumps(cp.to_dict())}
 
 
 class SqliteSessionStore(_SqliteStore):
@@ -277,7 +287,7 @@ class SqliteSessionStore(_SqliteStore):
                     current=length,
                 )
             for seq, message in enumerate(messages, start=length):
-                row = {"session_id": session_id, "seq": seq, "body": _dumps(message)}
+                row = {"session_id": session_id, "seq": seq, "body": _dumps(message.to_dict())}
                 _insert(conn, "messages", row)
 
 
@@ -366,27 +376,21 @@ _ON_CALL_CONFLICT = "ON CONFLICT (turn_id, tool_use_id) DO "
 
 def _turn_row(turn: TurnRecord) -> dict[str, Any]:
     columns = {"turn_id": turn.turn_id, "session_id": turn.session_id, "version": turn.version}
-    return {**columns, "created_at": turn.created_at, "body": _dumps(turn)}
+    return {**columns, "created_at": turn.created_at, "body": _dumps(turn.to_dict())}
 
 
 def _call_row(call: CallRecord) -> dict[str, Any]:
-    return {"turn_id": call.turn_id, "tool_use_id": call.tool_use_id, "body": _dumps(call)}
+    return {"turn_id": call.turn_id, "tool_use_id": call.tool_use_id, "body": _dumps(call.to_dict())}
 
 
 def sqlite_stores(db: SqliteDatabase, clock: Clock) -> Stores:
     """The three stores on an open database; the caller owns ``db`` and closes it."""
-    return Stores(
-        checkpoints=SqliteCheckpointStore(db),
-        sessions=SqliteSessionStore(db),
-        turns=SqliteTurnStore(db),
-        clock=clock,
-    )
+    return Stores(SqliteCheckpointStore(db), SqliteSessionStore(db), SqliteTurnStore(db), clock, db.close)
 
 
 def open_sqlite_stores(path: str, clock: Clock) -> Stores:
     """Open (creating if needed) the database at ``path`` and return the stores on it.
 
-    The database stays open for the life of the returned stores; to close it explicitly, build
-    them with :class:`SqliteDatabase` and :func:`sqlite_stores` instead.
+    The database stays open until ``stores.close()``.
     """
     return sqlite_stores(SqliteDatabase(path), clock)

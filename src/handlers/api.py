@@ -1,0 +1,140 @@
+"""The ``api`` Lambda: every route of DESIGN.md's HTTP API (API Gateway HTTP API, payload 2.0).
+
+Thin by design: parse, call the engine, reply. Errors map to status codes in ``web.STATUS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from handlers import root, web
+from handlers.observability import flush, logger, tracer
+from loopengine import views
+from loopengine.errors import LoopengineError
+
+app = APIGatewayHttpResolver()
+API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s
+MAX_WAIT_SECONDS = 25.0
+
+
+@app.get("/health")
+def health() -> Response[str]:
+    return web.reply(200, {"status": "ok"})
+
+
+@app.post("/agents/<agent>/messages")
+def post_message(agent: str) -> Response[str]:
+    web.decider(app.current_event)
+    body = web.json_body(app.current_event)
+    for key in ("sessionId", "tenant"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise web.HttpError(400, "invalid_input", f"{key} must be a string")
+    out = root.engine().send_message(
+        agent,
+        body.get("message"),
+        session_id=body.get("sessionId") or None,
+        tenant=body.get("tenant") or "",
+        budget_seconds=_budget(),
+    )
+    logger.set_correlation_id(out.turn_id)
+    return web.reply(*views.turn_outcome(out))
+
+
+@app.post("/pending-approvals/<pending_id>/resolve")
+def resolve(pending_id: str) -> Response[str]:
+    who = web.decider(app.current_event)
+    body = web.json_body(app.current_event)
+    wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
+    logger.set_correlation_id(pending_id)
+    res = root.engine().resolve(
+        pending_id,
+        body.get("decision"),
+        who,
+        edited_args=body.get("editedArgs"),
+        comment=body.get("comment"),
+        args_hash=body.get("argsHash"),
+    )
+    return _resolution(res, wait)
+
+
+@app.post("/pending-questions/<pending_id>/answer")
+def answer(pending_id: str) -> Response[str]:
+    who = web.decider(app.current_event)
+    body = web.json_body(app.current_event)
+    wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
+    logger.set_correlation_id(pending_id)
+    return _resolution(root.engine().answer(pending_id, body.get("answer"), who), wait)
+
+
+@app.get("/pending-approvals")
+def list_pending() -> Response[str]:
+    web.decider(app.current_event)
+    query = app.current_event.query_string_parameters or {}
+    store = root.engine().rt.stores.checkpoints
+    items = [
+        views.listed_item(cp, item)
+        for cp in store.list_open(agent=query.get("agent"), tenant=query.get("tenant"))
+        for item in cp.outstanding.values()
+    ]
+    return web.reply(200, {"items": items})
+
+
+@app.get("/turns/<turn_id>")
+def get_turn(turn_id: str) -> Response[str]:
+    web.decider(app.current_event)
+    engine = root.engine()
+    turn = engine.turn(turn_id)
+    audit = engine.rt.stores.turns.events(turn_id)
+    return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), audit))
+
+
+@app.get("/sessions/<session_id>")
+def get_session(session_id: str) -> Response[str]:
+    web.decider(app.current_event)
+    messages = root.engine().rt.stores.sessions.load(session_id)
+    if not messages:
+        raise web.HttpError(404, "not_found", f"no session {session_id!r}")
+    return web.reply(200, views.session_view(session_id, messages))
+
+
+@app.not_found
+def not_found(_exc: Exception) -> Response[str]:
+    path = app.current_event.raw_path
+    return web.reply(
+        404, {"error": "not_found", "message": f"no route {app.current_event.http_method} {path}"}
+    )
+
+
+@app.exception_handler(Exception)  # type: ignore[untyped-decorator]
+def on_error(exc: Exception) -> Response[str]:
+    if not isinstance(exc, web.HttpError | LoopengineError):
+        logger.exception("unhandled error")
+    return web.error_reply(exc)
+
+
+def _resolution(res: Any, wait: float | None) -> Response[str]:
+    if wait and not res.already_resolved and res.outstanding == 0 and not res.denied:
+        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait)))
+    return web.reply(*views.resolution(res))
+
+
+def _budget() -> float:
+    context = app.lambda_context
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return API_BUDGET_SECONDS
+    left: float = remaining() / 1000 - 4.0
+    return max(1.0, min(API_BUDGET_SECONDS, left))
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point."""
+    try:
+        return app.resolve(event, context)
+    finally:
+        flush()

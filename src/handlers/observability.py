@@ -1,0 +1,41 @@
+"""Logger, Metrics and Tracer (AWS Lambda Powertools), shared by the three handlers.
+
+Metrics come from the turn's own audit events (the runtime's observer), so what is counted is
+exactly what was recorded: TurnsStarted, TurnsPaused, Decisions, TurnsResumed, TurnsFinished,
+NotificationFailures, ToolCalls. They are flushed as CloudWatch EMF at the end of each invocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+
+logger = Logger(service="loopengine")
+metrics = Metrics(namespace="loopengine", service="loopengine")
+tracer = Tracer(service="loopengine")
+
+EVENT_METRICS = {
+    "started": "TurnsStarted",
+    "paused": "TurnsPaused",
+    "decided": "Decisions",
+    "resumed": "TurnsResumed",
+    "finished": "TurnsFinished",
+    "notification_failed": "NotificationFailures",
+    "tool_outcome": "ToolCalls",
+}
+
+
+def observe(kind: str, event: dict[str, Any]) -> None:
+    """Runtime observer: count the event and log it with the turn as correlation id."""
+    name = EVENT_METRICS.get(kind)
+    if name is not None:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+    logger.info(kind, extra={k: v for k, v in event.items() if k not in ("args", "text")})
+
+
+def flush() -> None:
+    """Publish this invocation's metrics (nothing when none were recorded)."""
+    if metrics.metric_set:
+        metrics.flush_metrics()

@@ -1,0 +1,53 @@
+"""The composition root: read the environment once per cold start and build the engine.
+
+Every handler gets its Engine from :func:`engine`. Tests and ``loopengine dev`` install their own
+with :func:`install` (for example one whose invoker records or runs resumes in-process).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from loopengine.bootstrap import build_runtime
+from loopengine.engine import Engine
+from loopengine.invokers import ThreadInvoker
+from loopengine.ports import ResumeInvoker
+
+_engine: Engine | None = None
+
+
+def _invoker(env: Mapping[str, str]) -> tuple[ResumeInvoker, ThreadInvoker | None]:
+    function = env.get("LOOPENGINE_RESUME_FUNCTION")
+    if function:
+        from loopengine.aws.lambda_invoker import LambdaInvoker
+
+        return LambdaInvoker(function, env.get("LOOPENGINE_RESUME_VERSION") or None), None
+    local = ThreadInvoker()
+    return local, local
+
+
+def build(env: Mapping[str, str]) -> Engine:
+    """An Engine for this environment (Lambda invoker in AWS, background threads locally)."""
+    invoker, local = _invoker(env)
+    from handlers.observability import observe
+
+    engine = Engine(build_runtime(env, invoker=invoker))
+    engine.rt.observer = observe
+    if local is not None:
+        local.resume = engine.resume
+    return engine
+
+
+def engine() -> Engine:
+    """The process-wide Engine, built on first use."""
+    global _engine
+    if _engine is None:
+        _engine = build(os.environ)
+    return _engine
+
+
+def install(new: Engine | None) -> None:
+    """Replace the process-wide Engine (tests, ``loopengine dev``); ``None`` resets it."""
+    global _engine
+    _engine = new

@@ -1,0 +1,51 @@
+"""The ``schedule`` Lambda: EventBridge rules start unattended turns.
+
+A rule's ``Input`` is delivered as the event: ``{"agent", "message", "sessionId"?, "tenant"?}``.
+The turn runs with ``trigger: "schedule"`` (run_start / run_finish carry it) and, past its time
+budget, is handed to the resume worker like any other turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from handlers import root
+from handlers.observability import flush, logger, tracer
+from loopengine.errors import LoopengineError
+
+SAFETY_SECONDS = 30.0
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point."""
+    if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
+        logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
+        return {"started": False, "error": "schedule input needs 'agent' and 'message'"}
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    budget = max(5.0, remaining() / 1000 - SAFETY_SECONDS) if remaining else None
+    try:
+        out = root.engine().send_message(
+            event["agent"],
+            event.get("message"),
+            session_id=event.get("sessionId") or None,
+            tenant=event.get("tenant") or "",
+            trigger="schedule",
+            budget_seconds=budget,
+        )
+    except LoopengineError as exc:
+        logger.error("scheduled turn did not start", extra={"error": str(exc), "code": exc.code})
+        return {"started": False, "error": str(exc)}
+    finally:
+        flush()
+    logger.set_correlation_id(out.turn_id)
+    return {
+        "started": True,
+        "turnId": out.turn_id,
+        "sessionId": out.session_id,
+        "status": out.status.value,
+        "stopReason": out.stop_reason,
+    }

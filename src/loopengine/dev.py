@@ -1,0 +1,153 @@
+"""``loopengine dev``: the api Lambda behind a real local HTTP server.
+
+Each request becomes an API Gateway HTTP API (payload 2.0) event and goes through the very same
+``handlers.api.handler`` a deployment runs; resumes run in-process on background threads. The store
+is SQLite (``LOOPENGINE_DB``) unless ``LOOPENGINE_TABLE`` names a DynamoDB table. Parked turns live
+in the store, so stopping and starting the server loses nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
+
+
+@dataclass
+class LocalContext:
+    """The parts of a Lambda context the handlers read."""
+
+    function_name: str = "loopengine-dev-api"
+    function_memory_size: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:local:000000000000:function:loopengine-dev-api"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    timeout_seconds: float = 29.0
+    started: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left of the (simulated) 29 s API budget."""
+        return int(max(0.0, self.timeout_seconds - (time.monotonic() - self.started)) * 1000)
+
+
+def to_event(
+    method: str, target: str, headers: dict[str, str], body: bytes, source_ip: str
+) -> dict[str, Any]:
+    """An API Gateway HTTP API v2 event for one request."""
+    parts = urlsplit(target)
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ctype = lowered.get("content-type", "application/json")
+    is_text = not body or any(ctype.startswith(t) for t in TEXT_TYPES)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    now = time.time()  # noqa: TID251 - the event's timestamp, like API Gateway stamps it
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": lowered,
+        "queryStringParameters": query or None,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": lowered.get("host", "127.0.0.1"),
+            "http": {
+                "method": method,
+                "path": parts.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": source_ip,
+                "userAgent": lowered.get("user-agent", ""),
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        "body": (body.decode("utf-8", "replace") if is_text else base64.b64encode(body).decode()) or None,
+        "isBase64Encoded": not is_text,
+    }
+
+
+def make_server(
+    port: int, handler: Handler, host: str = "127.0.0.1", quiet: bool = False
+) -> ThreadingHTTPServer:
+    """A threading HTTP server that forwards every request to ``handler``."""
+
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
+            result = handler(event, LocalContext())
+            payload = result.get("body") or ""
+            data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
+            status = int(result.get("statusCode", 200))
+            self.send_response(status)
+            for name, value in (result.get("headers") or {}).items():
+                self.send_header(name, value)
+            for cookie in result.get("cookies") or []:
+                self.send_header("Set-Cookie", cookie)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            if not quiet:
+                sys.stderr.write(f"  {self.command} {self.path} -> {args[1] if len(args) > 1 else ''}\n")
+
+    return ThreadingHTTPServer((host, port), Forward)
+
+
+def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
+    """Local defaults (anonymous access without admin auth, quiet observability); returns notes."""
+    notes = []
+    env.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+    env.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    env.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    if not env.get("LOOPENGINE_ADMIN_AUTH"):
+        env.setdefault("LOOPENGINE_ALLOW_ANONYMOUS", "1")
+        notes.append("no LOOPENGINE_ADMIN_AUTH: routes accept anonymous callers (local only)")
+    return notes
+
+
+def serve(port: int) -> int:
+    """Run until interrupted."""
+    notes = prepare_env(os.environ)
+    from handlers import api
+
+    store = (
+        f"DynamoDB table {os.environ['LOOPENGINE_TABLE']}"
+        if os.environ.get("LOOPENGINE_TABLE")
+        else (f"SQLite {os.environ.get('LOOPENGINE_DB') or '.loopengine/loopengine.db'}")
+    )
+    try:
+        server = make_server(port, api.handler)
+    except OSError as exc:
+        print(f"loopengine dev: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store})")
+    for note in notes:
+        print(f"  note: {note}")
+    print(json.dumps({"try": f"curl -s localhost:{port}/health"}))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,248 @@
+"""Deployment checks: template.yaml, the offline SAM transform, requirements.txt, sample events.
+
+Nothing here needs AWS credentials, Docker or a network: cfn-lint and samtranslator run in
+process, and the managed-policy lookup the transform would make against IAM is stubbed (the
+template names no AWS managed policy by its bare name, so an empty map is the complete answer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.api import ManualArgs, lint, lint_file
+from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+EVENTS = ROOT / "events"
+REGION = "us-east-1"
+BASIC_ADMIN_SECRET = "Basic YWRtaW46c2VjcmV0"  # admin:secret
+
+# DESIGN.md, "HTTP API": the product's route table, verbatim.
+DESIGN_ROUTES = {
+    "POST /agents/{agent}/messages",
+    "POST /pending-approvals/{pendingId}/resolve",
+    "POST /pending-questions/{pendingId}/answer",
+    "GET /pending-approvals",
+    "GET /turns/{turnId}",
+    "POST /turns/{turnId}/cancel",
+    "GET /sessions/{sessionId}",
+    "GET /magic/{token}",
+    "POST /magic/{token}",
+    "POST /integrations/slack/interactions",
+    "GET /health",
+}
+# Authenticated by their own means (or not at all); never behind the JWT authorizer.
+PUBLIC_ROUTES = {
+    "GET /health",
+    "GET /magic/{token}",
+    "POST /magic/{token}",
+    "POST /integrations/slack/interactions",
+}
+SECRET_ENV = ("ANTHROPIC_API_KEY", "LOOPENGINE_DEFAULT_WEBHOOK_SECRET", "LOOPENGINE_ADMIN_AUTH")
+
+
+class OfflineManagedPolicyLoader(ManagedPolicyLoader):
+    """Answers the transform's managed-policy lookup without calling IAM."""
+
+    def __init__(self) -> None:
+        super().__init__(iam_client=None)  # type: ignore[arg-type]
+
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+def _describe(matches: list[Any]) -> str:
+    return "\n".join(str(m) for m in matches)
+
+
+def _sam_template() -> dict[str, Any]:
+    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return template
+
+
+@pytest.fixture(scope="module")
+def sam_template() -> dict[str, Any]:
+    return _sam_template()
+
+
+@pytest.fixture(scope="module")
+def transformed() -> dict[str, Any]:
+    template = _sam_template()
+    # What `sam package` does: the local CodeUri becomes the uploaded artifact.
+    template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/loopengine.zip"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_DEFAULT_REGION", REGION)  # the translator reads the region from boto3
+        result: dict[str, Any] = transform(template, {"AWS::Region": REGION}, OfflineManagedPolicyLoader())
+    return result
+
+
+def _resources(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == type_}
+
+
+def _routes(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    routes = _resources(template, "AWS::ApiGatewayV2::Route")
+    return {r["Properties"]["RouteKey"]: r["Properties"] for r in routes.values()}
+
+
+def _http_events() -> dict[str, dict[str, Any]]:
+    loaded = {p.name: json.loads(p.read_text()) for p in sorted(EVENTS.glob("*.json"))}
+    return {name: ev for name, ev in loaded.items() if "routeKey" in ev}
+
+
+# --------------------------------------------------------------------------- (a) cfn-lint
+
+
+def test_cfn_lint_passes_on_the_sam_template() -> None:
+    matches = lint_file(TEMPLATE, config=ManualArgs(regions=[REGION]))
+    assert matches == [], _describe(matches)
+
+
+# ----------------------------------------------------------- (b) offline SAM transform + lint
+
+
+def test_transformed_template_passes_cfn_lint(transformed: dict[str, Any]) -> None:
+    # Circular dependencies only exist after the transform (E3004 catches them here).
+    matches = lint(json.dumps(transformed), config=ManualArgs(regions=[REGION]))
+    assert matches == [], _describe(matches)
+
+
+def test_every_function_publishes_a_snapstart_version_behind_the_live_alias(
+    transformed: dict[str, Any],
+) -> None:
+    functions = _resources(transformed, "AWS::Lambda::Function")
+    assert set(functions) == {"ApiFunction", "ResumeFunction", "ScheduleFunction"}
+    aliases = _resources(transformed, "AWS::Lambda::Alias")
+    for name, fn in functions.items():
+        props = fn["Properties"]
+        assert props["Runtime"] == "python3.12"
+        assert props["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert f"{name}Aliaslive" in aliases
+
+
+def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]) -> None:
+    versions = _resources(transformed, "AWS::Lambda::Version")
+    resume_version = next(k for k in versions if k.startswith("ResumeFunctionVersion"))
+    pinned = {"Fn::GetAtt": [resume_version, "Version"]}
+    for name in ("ApiFunction", "ScheduleFunction"):
+        env = transformed["Resources"][name]["Properties"]["Environment"]["Variables"]
+        assert env["LOOPENGINE_RESUME_FUNCTION"] == {"Ref": "ResumeFunction"}
+        assert env["LOOPENGINE_RESUME_VERSION"] == pinned
+    resume_env = transformed["Resources"]["ResumeFunction"]["Properties"]["Environment"]
+    assert "LOOPENGINE_RESUME_FUNCTION" not in resume_env["Variables"]
+    # Async-invoke settings are per qualifier: the invoked version carries its own.
+    configs = _resources(transformed, "AWS::Lambda::EventInvokeConfig")
+    version_config = configs["ResumeVersionEventInvokeConfig"]["Properties"]
+    assert version_config["Qualifier"] == pinned
+    assert version_config["MaximumRetryAttempts"] == 2
+    assert version_config["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["FailureQueue", "Arn"]
+    }
+
+
+def test_secrets_come_from_secrets_manager_dynamic_references(
+    transformed: dict[str, Any],
+) -> None:
+    for fn in _resources(transformed, "AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        for name in SECRET_ENV:
+            _condition, secret, unset = env[name]["Fn::If"]
+            assert secret["Fn::Sub"].startswith("{{resolve:secretsmanager:"), name
+            assert unset == {"Ref": "AWS::NoValue"}, name
+
+
+# --------------------------------------------------------------- (c) requirements are current
+
+
+def test_src_requirements_txt_is_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_requirements.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------- (d) routes and events
+
+
+def test_template_routes_are_designs_route_table(sam_template: dict[str, Any]) -> None:
+    assert set(_routes(sam_template)) == DESIGN_ROUTES
+
+
+def test_jwt_authorizer_guards_exactly_the_authenticated_routes(
+    sam_template: dict[str, Any],
+) -> None:
+    conditional_jwt = {"Fn::If": ["UseJwtAuthorizer", "JWT", "NONE"]}
+    for key, props in _routes(sam_template).items():
+        if key in PUBLIC_ROUTES:
+            assert props["AuthorizationType"] == "NONE", key
+            assert "AuthorizerId" not in props, key
+        else:
+            assert props["AuthorizationType"] == conditional_jwt, key
+            assert props["AuthorizerId"]["Fn::If"][1] == {"Ref": "JwtAuthorizer"}, key
+
+
+def test_every_event_file_parses() -> None:
+    files = sorted(EVENTS.glob("*.json"))
+    assert files
+    for path in files:
+        json.loads(path.read_text())
+
+
+def test_every_route_has_a_sample_event(sam_template: dict[str, Any]) -> None:
+    covered = {ev["routeKey"] for ev in _http_events().values()}
+    assert set(_routes(sam_template)) <= covered
+    assert covered <= DESIGN_ROUTES, "a sample event names a route the API does not have"
+
+
+@pytest.mark.parametrize("name", sorted(_http_events()))
+def test_http_event_is_a_consistent_v2_payload(name: str) -> None:
+    ev = _http_events()[name]
+    method, route = ev["routeKey"].split(" ", 1)
+    assert ev["version"] == "2.0"
+    assert ev["isBase64Encoded"] is False
+    ctx = ev["requestContext"]
+    assert ctx["stage"] == "$default"
+    assert ctx["routeKey"] == ev["routeKey"]
+    assert ctx["http"]["method"] == method
+    assert ctx["http"]["path"] == ev["rawPath"]
+    assert ctx["http"]["sourceIp"]
+    assert ctx["requestId"]
+    assert isinstance(ev["rawQueryString"], str)
+    assert "body" not in ev or isinstance(ev["body"], str)
+    params = ev.get("pathParameters", {})
+    assert route.format(**params) == ev["rawPath"]
+    assert set(re.findall(r"{(\w+)}", route)) == set(params)
+    has_basic = ev["headers"].get("authorization") == BASIC_ADMIN_SECRET
+    assert has_basic is (ev["routeKey"] not in PUBLIC_ROUTES)
+
+
+def _schedule_inputs(sam_template: dict[str, Any]) -> dict[str, Any]:
+    events = sam_template["Resources"]["ScheduleFunction"]["Properties"]["Events"]
+    return {name: json.loads(e["Properties"]["Input"]) for name, e in events.items()}
+
+
+def test_schedule_events_match_the_rule_inputs(sam_template: dict[str, Any]) -> None:
+    # An EventBridge rule with Input delivers exactly that JSON to the function.
+    inputs = _schedule_inputs(sam_template)
+    assert json.loads((EVENTS / "schedule_turn.json").read_text()) == inputs["ExampleUnattendedTurn"]
+    assert json.loads((EVENTS / "schedule_sweep.json").read_text()) == inputs["ExpirySweep"]
+    assert inputs["ExpirySweep"] == {"action": "sweep"}
+
+
+def test_resume_event_names_a_turn() -> None:
+    event = json.loads((EVENTS / "resume.json").read_text())
+    assert set(event) == {"turnId"}
+    assert event["turnId"].startswith("trn_")
