@@ -117,7 +117,8 @@ def on_error(exc: Exception) -> Response[str]:
 
 def _resolution(res: Any, wait: float | None) -> Response[str]:
     if wait and not res.already_resolved and res.outstanding == 0 and not res.denied:
-        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait)))
+        out = root.engine().wait(res.turn_id, wait, past_checkpoint=res.checkpoint_id)
+        return web.reply(*views.turn_outcome(out))
     return web.reply(*views.resolution(res))
 
 

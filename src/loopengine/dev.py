@@ -29,8 +29,11 @@ class LocalContext:
     """The parts of a Lambda context the handlers read."""
 
     function_name: str = "loopengine-dev-api"
-    function_memory_size: int = 1024
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 1024
     invoked_function_arn: str = "arn:aws:lambda:local:000000000000:function:loopengine-dev-api"
+    log_group_name: str = "/loopengine/dev"
+    log_stream_name: str = "local"
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     timeout_seconds: float = 29.0
     started: float = field(default_factory=time.monotonic)
@@ -91,7 +94,12 @@ def make_server(
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
             event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
-            result = handler(event, LocalContext())
+            try:
+                result = handler(event, LocalContext())
+            except Exception as exc:  # the handler maps errors itself; this is a last resort
+                sys.stderr.write(f"  handler failed: {type(exc).__name__}: {exc}\n")
+                msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
+                result = {"statusCode": 500, "headers": {"content-type": "application/json"}, "body": msg}
             payload = result.get("body") or ""
             data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
             status = int(result.get("statusCode", 200))

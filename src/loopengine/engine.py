@@ -122,18 +122,24 @@ class Engine:
                 pending = list(cp.outstanding.values())
         return outcome_of(turn, pending)
 
-    def wait(self, turn_id: str, seconds: float) -> TurnOutcome:
-        """Wait up to ``seconds`` (real time) for the turn to stop running; return its outcome."""
-        done = threading.Event()
-        step = 0.05
-        waited = 0.0
+    def wait(self, turn_id: str, seconds: float, past_checkpoint: str | None = None) -> TurnOutcome:
+        """Wait up to ``seconds`` (real time) for the turn to stop running; return its outcome.
+
+        ``past_checkpoint``: a turn still parked on that (now complete) checkpoint has not been
+        resumed yet, so keep waiting for it too.
+        """
+        pause = threading.Event()
+        step, waited = 0.02, 0.0
         while True:
             out = self.outcome(turn_id)
-            if out.status is not TurnStatus.RUNNING or waited >= seconds:
+            parked_before = out.status is TurnStatus.PAUSED and (
+                past_checkpoint is not None and self.turn(turn_id).checkpoint_id == past_checkpoint
+            )
+            if (out.status is not TurnStatus.RUNNING and not parked_before) or waited >= seconds:
                 return out
-            done.wait(step)
+            pause.wait(step)
             waited += step
-            step = min(step * 2, 0.5)
+            step = min(step * 2, 0.25)
 
     def _deadline(self, budget_seconds: float | None) -> float | None:
         if budget_seconds is None:

@@ -8,9 +8,11 @@ The file has the seed's actauth.yml shape::
         decision: allow
     default_decision: ask
 
-``field`` is a dot path into the args; ``op`` comes from a fixed table (no eval). The first rule
-whose tool matches and whose condition holds wins. A condition that cannot be evaluated (missing
-field, wrong type) does not hold: a malformed call never matches an allow rule, it falls through to
+``field`` is a dot path into the args; ``op`` comes from a fixed table (no eval) that compares
+JSON values (``true`` is not ``1``; ``gt``/``gte``/``lt``/``lte`` compare numbers only; ``in`` takes
+a list; ``contains`` is substring for strings and element for arrays). The first rule whose tool
+matches and whose condition holds wins. A condition that cannot be evaluated (missing field, wrong
+type) does not hold: a malformed call never matches an allow rule, it falls through to
 ``default_decision`` (write rules allow-positive, default ask).
 """
 
@@ -38,21 +40,45 @@ class Decision(StrEnum):
 _MISSING = object()
 
 
-def _contains(container: Any, item: Any) -> bool:
-    return item in container
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _in(item: Any, container: Any) -> bool:
-    return item in container
+def same(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1`` (as Python has it), ``1`` is ``1.0``, containers deep."""
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _numeric(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    return lambda actual, value: _is_number(actual) and _is_number(value) and compare(actual, value)
+
+
+def _in(actual: Any, value: Any) -> bool:
+    return isinstance(value, list) and any(same(actual, v) for v in value)
+
+
+def _contains(actual: Any, value: Any) -> bool:
+    """A string contains a substring; an array contains an element; nothing else contains anything."""
+    if isinstance(actual, str):
+        return isinstance(value, str) and value in actual
+    return isinstance(actual, list) and any(same(v, value) for v in actual)
 
 
 OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": operator.eq,
-    "ne": operator.ne,
-    "gt": operator.gt,
-    "gte": operator.ge,
-    "lt": operator.lt,
-    "lte": operator.le,
+    "eq": same,
+    "ne": lambda actual, value: not same(actual, value),
+    "gt": _numeric(operator.gt),
+    "gte": _numeric(operator.ge),
+    "lt": _numeric(operator.lt),
+    "lte": _numeric(operator.le),
     "in": _in,
     "contains": _contains,
 }
@@ -64,7 +90,7 @@ def lookup(args: Any, path: str) -> Any:
     for part in path.split("."):
         if isinstance(cur, dict) and part in cur:
             cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+        elif isinstance(cur, list) and part.isascii() and part.isdigit() and int(part) < len(cur):
             cur = cur[int(part)]
         else:
             return _MISSING
@@ -84,14 +110,7 @@ class Condition:
         actual = lookup(args, self.field)
         if actual is _MISSING:
             return False
-        if self.op in ("gt", "gte", "lt", "lte") and (
-            isinstance(actual, bool) or not isinstance(actual, int | float)
-        ):
-            return False
-        try:
-            return bool(OPS[self.op](actual, self.value))
-        except TypeError:
-            return False
+        return OPS[self.op](actual, self.value)
 
 
 @dataclass(frozen=True)
@@ -192,9 +211,13 @@ def _parse_rule(i: int, raw: Any) -> Rule:
             raise ConfigError(f"{where}.when: needs 'field', 'op' and 'value'")
         if when.get("op") not in OPS:
             raise ConfigError(f"{where}.when.op: {when.get('op')!r} is not one of {sorted(OPS)}")
-        if when["op"] in ("in", "contains") and "value" not in when:
+        if "value" not in when:
             raise ConfigError(f"{where}.when: '{when['op']}' needs a value")
-        cond = Condition(field=when["field"], op=when["op"], value=when.get("value"))
+        if when["op"] == "in" and not isinstance(when["value"], list):
+            raise ConfigError(f"{where}.when.value: 'in' needs a list of values")
+        if when["op"] in ("gt", "gte", "lt", "lte") and not _is_number(when["value"]):
+            raise ConfigError(f"{where}.when.value: '{when['op']}' compares numbers; give a number")
+        cond = Condition(field=when["field"], op=when["op"], value=when["value"])
     approvers = raw.get("approvers") or []
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
         raise ConfigError(f"{where}.approvers: must be a list of identities")

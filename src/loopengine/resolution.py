@@ -58,6 +58,7 @@ class Resolution:
     turn_id: str | None = None
     completed: bool = False
     denied: bool = False
+    checkpoint_id: str | None = None
 
 
 ALREADY = Resolution(already_resolved=True)
@@ -195,6 +196,7 @@ def _after(rt: Runtime, turn_id: str, before: TurnCheckpoint, after: TurnCheckpo
         turn_id=turn_id,
         completed=after.closed,
         denied=after.denied,
+        checkpoint_id=after.id,
     )
 
 

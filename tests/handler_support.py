@@ -1,0 +1,69 @@
+"""Drive the Lambda handlers with the sample events in ``events/`` (as ``sam local invoke -e`` would)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EVENTS = Path(__file__).resolve().parent.parent / "events"
+PLACEHOLDER_PENDING = "pnd_00000000000000000000000000000000"
+PLACEHOLDER_TURN = "trn_00000000000000000000000000000000"
+
+
+@dataclass
+class FakeContext:
+    """The Lambda context attributes Powertools reads."""
+
+    function_name: str = "loopengine-api"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:loopengine-api"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = "/aws/lambda/loopengine-api"
+    log_stream_name: str = "test"
+    remaining_ms: int = 29_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def load_event(name: str, **subst: str) -> dict[str, Any]:
+    """Load ``events/<name>.json`` replacing placeholder ids (pendingId=..., turnId=..., ...)."""
+    text = (EVENTS / f"{name}.json").read_text()
+    if "pendingId" in subst:
+        text = text.replace(PLACEHOLDER_PENDING, subst.pop("pendingId"))
+    if "turnId" in subst:
+        text = text.replace(PLACEHOLDER_TURN, subst.pop("turnId"))
+    for key, value in subst.items():
+        text = text.replace(key, value)
+    event: dict[str, Any] = json.loads(text)
+    return event
+
+
+def with_body(event: dict[str, Any], body: Any) -> dict[str, Any]:
+    """The same event with another JSON body (a string body is sent as is)."""
+    event = dict(event)
+    event["body"] = body if isinstance(body, str) else json.dumps(body)
+    return event
+
+
+def with_auth(event: dict[str, Any], user: str | None, password: str = "secret") -> dict[str, Any]:
+    """The same event with other Basic credentials (None removes them)."""
+    event = dict(event)
+    headers = dict(event.get("headers") or {})
+    headers.pop("authorization", None)
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["authorization"] = f"Basic {token}"
+    event["headers"] = headers
+    return event
+
+
+def call(handler: Any, event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Invoke an api handler; return (status, parsed JSON body)."""
+    result = handler(event, FakeContext())
+    return int(result["statusCode"]), json.loads(result["body"] or "{}")
