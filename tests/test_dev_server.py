@@ -1,0 +1,157 @@
+"""``loopengine dev``: a real HTTP server on 127.0.0.1 in front of the api handler."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AUTH = "Basic " + base64.b64encode(b"admin:secret").decode()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    req.add_header("Authorization", AUTH)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+class DevServer:
+    """``loopengine dev`` as a subprocess (the way a user runs it)."""
+
+    def __init__(self, db: Path, port: int) -> None:
+        self.db, self.port = db, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "LOOPENGINE_DB": str(self.db),
+            "LOOPENGINE_ADMIN_AUTH": "admin:secret",
+            "LOOPENGINE_MODEL": "scripted",
+        }
+        env.pop("LOOPENGINE_TABLE", None)
+        env.pop("LOOPENGINE_DEFAULT_WEBHOOK_URL", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("loopengine dev did not come up")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    srv = DevServer(tmp_path / "dev.db", _free_port())
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _pause(port: int) -> dict[str, Any]:
+    status, body = request(
+        port, "POST", "/agents/customer-service/messages", {"message": "Order A-1001 arrived broken."}
+    )
+    assert status == 202, body
+    return body
+
+
+def test_full_contract_over_http(server: DevServer) -> None:
+    paused = _pause(server.port)
+    first = paused["pendingItems"][0]["pendingId"]
+    status, body = request(
+        server.port, "POST", f"/pending-approvals/{first}/resolve?wait=10", {"decision": "approve"}
+    )
+    assert status == 202 and body["status"] == "paused"
+    [email] = body["pendingItems"]
+    assert email["tool"] == "send_email"
+    status, body = request(
+        server.port,
+        "POST",
+        f"/pending-approvals/{email['pendingId']}/resolve?wait=10",
+        {"decision": "approve"},
+    )
+    assert status == 200 and body["status"] == "finished" and body["stopReason"] == "end_turn"
+    status, turn = request(server.port, "GET", f"/turns/{paused['turnId']}")
+    assert turn["status"] == "finished"
+    status, _ = request(server.port, "GET", "/no/such/route")
+    assert status == 404
+
+
+def test_five_concurrent_clicks_one_decides(server: DevServer) -> None:
+    paused = _pause(server.port)
+    pending = paused["pendingItems"][0]["pendingId"]
+    barrier = threading.Barrier(5)
+    answers: list[tuple[int, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def click() -> None:
+        barrier.wait()
+        got = request(server.port, "POST", f"/pending-approvals/{pending}/resolve", {"decision": "approve"})
+        with lock:
+            answers.append(got)
+
+    threads = [threading.Thread(target=click) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    decided = [b for s, b in answers if b.get("resolved")]
+    already = [b for s, b in answers if b.get("alreadyResolved")]
+    assert len(decided) == 1 and len(already) == 4, answers
+
+
+def test_parked_turn_survives_a_restart(server: DevServer) -> None:
+    paused = _pause(server.port)
+    pending = paused["pendingItems"][0]["pendingId"]
+    server.stop()
+    server.start()
+    status, body = request(
+        server.port, "POST", f"/pending-approvals/{pending}/resolve?wait=10", {"decision": "approve"}
+    )
+    assert status == 202 and body["status"] == "paused"
+    assert body["turnId"] == paused["turnId"] and body["pendingItems"][0]["tool"] == "send_email"
