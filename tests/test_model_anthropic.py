@@ -229,9 +229,7 @@ def test_skips_server_tool_blocks(model_for: Callable[..., AnthropicModel]) -> N
         ],
         "stop_reason": "end_turn",
     }
-    response = model_for(Recorder(lambda _: httpx2.Response(200, json=reply))).create(
-        make_request()
-    )
+    response = model_for(Recorder(lambda _: httpx2.Response(200, json=reply))).create(make_request())
     assert response.content == (TextBlock("Done."),)
     assert response.stop_reason == "end_turn"
 
@@ -412,7 +410,5 @@ def test_builds_its_client_lazily_from_the_environment(monkeypatch: pytest.Monke
 
 def test_importing_the_adapter_does_not_import_the_sdk() -> None:
     code = "import sys, loopengine.models.anthropic; print('anthropic' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -16,9 +16,7 @@ SCRIPT = [
 
 
 def request(*messages: Message) -> ModelRequest:
-    return ModelRequest(
-        model="scripted", system="be kind", max_tokens=100, messages=list(messages), tools=[]
-    )
+    return ModelRequest(model="scripted", system="be kind", max_tokens=100, messages=list(messages), tools=[])
 
 
 def tool_round(response: ModelResponse) -> list[Message]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,9 @@ def test_every_function_publishes_a_snapstart_version_behind_the_live_alias(
         assert props["SnapStart"] == {"ApplyOn": "PublishedVersions"}
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert f"{name}Aliaslive" in aliases
+    # Python snapshots are billed while their version exists: replaced versions are deleted.
+    versions = _resources(transformed, "AWS::Lambda::Version").values()
+    assert {v["DeletionPolicy"] for v in versions} == {"Delete"}
 
 
 def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]) -> None:
@@ -138,8 +143,10 @@ def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]
         env = transformed["Resources"][name]["Properties"]["Environment"]["Variables"]
         assert env["LOOPENGINE_RESUME_FUNCTION"] == {"Ref": "ResumeFunction"}
         assert env["LOOPENGINE_RESUME_VERSION"] == pinned
-    resume_env = transformed["Resources"]["ResumeFunction"]["Properties"]["Environment"]
-    assert "LOOPENGINE_RESUME_FUNCTION" not in resume_env["Variables"]
+    # The resume worker hands long turns to itself by its fixed name, through its alias.
+    resume = transformed["Resources"]["ResumeFunction"]["Properties"]
+    assert resume["Environment"]["Variables"]["LOOPENGINE_RESUME_FUNCTION"] == resume["FunctionName"]
+    assert resume["Environment"]["Variables"]["LOOPENGINE_RESUME_VERSION"] == "live"
     # Async-invoke settings are per qualifier: the invoked version carries its own.
     configs = _resources(transformed, "AWS::Lambda::EventInvokeConfig")
     version_config = configs["ResumeVersionEventInvokeConfig"]["Properties"]
@@ -172,6 +179,24 @@ def test_src_requirements_txt_is_current() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("profile", ["default", "dev"])
+def test_samconfig_profile_deploys_with_known_parameters(profile: str, sam_template: dict[str, Any]) -> None:
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    assert config["version"] == 0.1
+    deploy = config[profile]["deploy"]["parameters"]
+    assert deploy["capabilities"] == "CAPABILITY_IAM"
+    assert deploy["resolve_s3"] is True
+    assert deploy["confirm_changeset"] is True
+    declared = sam_template["Parameters"]
+    for override in shlex.split(deploy["parameter_overrides"]):
+        name, _, value = override.partition("=")
+        assert name in declared, f"{profile}: unknown parameter {name}"
+        allowed = declared[name].get("AllowedValues")
+        assert allowed is None or value in [str(a) for a in allowed], f"{profile}: {override}"
+    stack = config[profile]["global"]["parameters"]["stack_name"]
+    assert stack == {"default": "loopengine", "dev": "loopengine-dev"}[profile]
 
 
 # ------------------------------------------------------------------- (d) routes and events

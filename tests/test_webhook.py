@@ -216,9 +216,7 @@ def test_send_posts_compact_signed_json() -> None:
     assert request.headers["Content-Type"] == "application/json"
     assert request.headers["User-Agent"] == USER_AGENT
     body = request.content
-    assert body == (
-        b'{"event":"approval","pendingId":"p-1","args":{"amount":212.0},"text":"h\\u00e9llo"}'
-    )
+    assert body == (b'{"event":"approval","pendingId":"p-1","args":{"amount":212.0},"text":"h\\u00e9llo"}')
     assert request.headers["X-Actauth-Signature"] == sign(SECRET, body, T0)
     verify_webhook(SECRET, body, request.headers["X-Actauth-Signature"], now=T0)
 

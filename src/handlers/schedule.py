@@ -22,6 +22,11 @@ SAFETY_SECONDS = 30.0
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point."""
+    if isinstance(event, dict) and event.get("action") == "sweep":
+        # Expiry policies (pending_ttl / on_expiry) are not part of this build yet: nothing can
+        # be due, and DynamoDB TTL only removes long-dead records, it never decides anything.
+        logger.info("expiry sweep: no agent declares pending_ttl in this build")
+        return {"swept": 0}
     if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
         logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
         return {"started": False, "error": "schedule input needs 'agent' and 'message'"}

@@ -133,19 +133,29 @@ def check_protocol(history: list[Message]) -> None:
     """Raise ``InvalidInput`` unless every tool_use is answered once, in the very next message.
 
     This is the rule the Messages API enforces; the loop must never store a history that breaks it
-    (a dangling tool_use at the very end is allowed: that is a parked or running batch).
+    (a dangling tool_use at the very end is allowed: that is a parked or running batch). In detail:
+    tool_use blocks appear only in assistant messages and their ids are unique; the message after
+    one holding tool_use blocks is a user message whose tool_result blocks come first and answer
+    each of them exactly once; tool_result blocks appear nowhere else.
     """
+    seen: set[str] = set()
     for i, msg in enumerate(history):
-        uses = msg.tool_uses
         if msg.role == "user" and i > 0 and history[i - 1].role == "user":
             raise InvalidInput(f"message {i}: two user messages in a row")
-        if not uses:
-            continue
-        if msg.role != "assistant":
+        uses = msg.tool_uses
+        if uses and msg.role != "assistant":
             raise InvalidInput(f"message {i}: tool_use outside an assistant message")
-        if i + 1 == len(history):
-            return
-        nxt = history[i + 1]
-        answered = [r.tool_use_id for r in nxt.tool_results]
-        if nxt.role != "user" or sorted(answered) != sorted(u.id for u in uses):
-            raise InvalidInput(f"message {i + 1}: does not answer each tool_use of {i} once")
+        for use in uses:
+            if use.id in seen:
+                raise InvalidInput(f"message {i}: tool_use id {use.id!r} is used twice")
+            seen.add(use.id)
+        asked = history[i - 1].tool_uses if i > 0 else []
+        answered = [r.tool_use_id for r in msg.tool_results]
+        if not asked:
+            if answered:
+                raise InvalidInput(f"message {i}: tool_result that answers no tool_use of message {i - 1}")
+            continue
+        if msg.role != "user" or sorted(answered) != sorted(u.id for u in asked):
+            raise InvalidInput(f"message {i}: does not answer each tool_use of message {i - 1} once")
+        if any(not isinstance(b, ToolResultBlock) for b in msg.content[: len(answered)]):
+            raise InvalidInput(f"message {i}: tool_result blocks must come before any other block")

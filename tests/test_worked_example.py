@@ -1,0 +1,252 @@
+"""Seed 000's worked example: four calls, two auto-allowed, two waiting on a human.
+
+t1 lookup_order and t2 send_email are allowed and run at once; t3 issue_refund and t4 cancel_order
+ask. Both approved (either order) -> one four-result message, model called again. One denied while
+the other waits -> the other is skipped, never runs, the turn stops ``denied``. Late clicks on the
+closed checkpoint are ``alreadyResolved`` no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from loopengine.checkpoint import PendingItem
+from loopengine.messages import Message
+from loopengine.models.scripted import ScriptedModel, call, say, use
+from loopengine.resolution import Decider
+from loopengine.turns import StopReason, TurnStatus
+from tests.harness import Calls, Harness, agent
+from tests.scenario import assert_protocol, checkpoint, events, history, results, scenario, turn
+
+ALICE = Decider("alice@example.com")
+BOB = Decider("bob@example.com", channel="slack")
+IDS = ["t1", "t2", "t3", "t4"]
+
+
+@pytest.fixture
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel.from_list(
+        [
+            call(
+                use("lookup_order", {"x": 1}, id="t1", text="Looking into it."),
+                use("send_email", {"x": 2}, id="t2"),
+                use("issue_refund", {"x": 3}, id="t3"),
+                use("cancel_order", {"x": 4}, id="t4"),
+            ),
+            say("All done."),
+        ]
+    )
+
+
+@pytest.fixture
+def h(calls: Calls, model: ScriptedModel) -> Iterator[Harness]:
+    cfg = agent(
+        "shop",
+        [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
+        {
+            "rules": [
+                {"tool": "lookup_order", "decision": "allow"},
+                {"tool": "send_email", "decision": "allow"},
+            ],
+            "default_decision": "ask",
+        },
+    )
+    with scenario(cfg, model=model) as harness:
+        yield harness
+
+
+def start(h: Harness) -> tuple[str, str, dict[str, PendingItem]]:
+    """Send the message; return turn id, session id and the pending items by tool_use id."""
+    out = h.engine.send_message("shop", "order A-1001 arrived broken")
+    assert out.status is TurnStatus.PAUSED
+    assert out.stop_reason is StopReason.PENDING_APPROVAL
+    return out.turn_id, out.session_id, {p.tool_use_id: p for p in out.pending}
+
+
+def test_the_pause(h: Harness, calls: Calls, model: ScriptedModel) -> None:
+    turn_id, sid, pending = start(h)
+
+    # t1 and t2 ran at once, t3 and t4 wait
+    assert calls.count("lookup_order") == 1
+    assert calls.count("send_email") == 1
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 0
+    assert sorted(pending) == ["t3", "t4"]
+    assert {p.kind for p in pending.values()} == {"approval"}
+    # the checkpoint as seed 000 draws it
+    cp = checkpoint(h, turn_id)
+    assert [r.tool_use_id for r in cp.results_so_far] == ["t1", "t2"]
+    assert results(Message("user", cp.results_so_far))["t1"] == {"tool": "lookup_order", "args": {"x": 1}}
+    assert {i.tool_use_id for i in cp.outstanding.values()} == {"t3", "t4"}
+    assert set(cp.outstanding) == {p.pending_id for p in pending.values()}
+    assert not cp.closed
+    assert (cp.session_id, cp.agent) == (sid, "shop")
+    for pid in cp.outstanding:  # one pointer per pendingId, both at this checkpoint
+        found = h.rt.stores.checkpoints.find_by_pending(pid)
+        assert found is not None and found.id == cp.id
+    # history ends at the dangling assistant message; the model was called once
+    msgs = assert_protocol(h, sid)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert [u.id for u in msgs[-1].tool_uses] == IDS
+    assert len(model.requests) == 1
+    # each pending item was notified
+    notified = h.notifier.events("approval")
+    assert sorted(n["pendingId"] for n in notified) == sorted(cp.outstanding)
+    assert all(n["turnId"] == turn_id for n in notified)
+    stored = turn(h, turn_id)
+    assert stored.status is TurnStatus.PAUSED
+    assert stored.stop_reason is StopReason.PENDING_APPROVAL
+
+
+@pytest.mark.parametrize("first", ["t3", "t4"])
+def test_both_approved_in_either_order(h: Harness, calls: Calls, model: ScriptedModel, first: str) -> None:
+    turn_id, sid, pending = start(h)
+    second = "t4" if first == "t3" else "t3"
+
+    res = h.engine.resolve(pending[first].pending_id, "approve", ALICE)
+
+    # the turn stays paused: nothing appended, model not called again
+    assert not res.already_resolved
+    assert res.outstanding == 1
+    assert turn(h, turn_id).status is TurnStatus.PAUSED
+    assert len(history(h, sid)) == 2
+    assert len(model.requests) == 1
+    cp = checkpoint(h, turn_id)
+    assert [r.tool_use_id for r in cp.results_so_far] == ["t1", "t2", first]
+    assert [i.tool_use_id for i in cp.outstanding.values()] == [second]
+    assert h.engine.outcome(turn_id).pending == [pending[second]]
+
+    res = h.engine.resolve(pending[second].pending_id, "approve", BOB)
+
+    assert res.outstanding == 0
+    assert res.completed and not res.denied
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 1
+    assert calls.count("lookup_order") == calls.count("send_email") == 1
+    # one user message answers all four, right after the assistant message, in tool_use order
+    msgs = assert_protocol(h, sid)
+    assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert [r.tool_use_id for r in msgs[2].tool_results] == IDS
+    answered = results(msgs[2])
+    assert answered["t3"] == {"tool": "issue_refund", "args": {"x": 3}}
+    assert answered["t4"] == {"tool": "cancel_order", "args": {"x": 4}}
+    assert msgs[3].text == "All done."
+    # the model was called again with the full picture
+    assert len(model.requests) == 2
+    assert model.requests[1].messages[:3] == msgs[:3]
+    done = turn(h, turn_id)
+    assert done.status is TurnStatus.FINISHED
+    assert done.stop_reason is StopReason.END_TURN
+    assert done.text == "All done."
+    assert done.checkpoint_id is None
+    # both decisions are on record, with who made them
+    closed = h.rt.stores.checkpoints.find_by_pending(pending[first].pending_id)
+    assert closed is not None and closed.closed and closed.complete
+    cp = closed
+    by = {d["pendingId"]: d for d in cp.decisions}
+    assert by[pending[first].pending_id]["decidedBy"] == ALICE.identity
+    assert by[pending[second].pending_id]["decidedBy"] == BOB.identity
+    assert by[pending[second].pending_id]["channel"] == "slack"
+    assert h.rt.stores.checkpoints.list_open() == []
+    decided = events(h, turn_id, "decided")
+    assert [e["decidedBy"] for e in decided] == [ALICE.identity, BOB.identity]
+
+
+@pytest.mark.parametrize("denied", ["t3", "t4"])
+def test_one_denied_skips_the_untouched_sibling(
+    h: Harness, calls: Calls, model: ScriptedModel, denied: str
+) -> None:
+    turn_id, sid, pending = start(h)
+    sibling = "t4" if denied == "t3" else "t3"
+
+    res = h.engine.resolve(pending[denied].pending_id, "deny", ALICE, comment="too expensive")
+
+    assert res.denied and res.completed and res.outstanding == 0
+    # the sibling's tool never ran; the deny ran nothing either
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 0
+    # the results went out at once: real t1/t2, denial, skip
+    msgs = assert_protocol(h, sid)
+    assert [m.role for m in msgs] == ["user", "assistant", "user"]
+    assert [r.tool_use_id for r in msgs[2].tool_results] == IDS
+    answered = results(msgs[2])
+    assert answered["t1"] == {"tool": "lookup_order", "args": {"x": 1}}
+    assert answered["t2"] == {"tool": "send_email", "args": {"x": 2}}
+    assert answered[denied]["status"] == "denied"
+    assert answered[denied]["comment"] == "too expensive"
+    assert answered[sibling]["status"] == "skipped"
+    # the loop stopped: no model call, stopReason denied
+    assert len(model.requests) == 1
+    done = turn(h, turn_id)
+    assert done.status is TurnStatus.FINISHED
+    assert done.stop_reason is StopReason.DENIED
+    cp = h.rt.stores.checkpoints.find_by_pending(pending[sibling].pending_id)
+    assert cp is not None and cp.closed and cp.denied and cp.outstanding == {}
+    kinds = {d["pendingId"]: d["decision"] for d in cp.decisions}
+    assert kinds == {pending[denied].pending_id: "deny", pending[sibling].pending_id: "skipped"}
+    assert h.notifier.events("run_finish")[-1]["stopReason"] == "denied"
+
+    # late clicks on the closed checkpoint: no-ops
+    before_cp, before_events = cp.to_dict(), len(h.rt.stores.turns.events(turn_id))
+    for pid, decision in (
+        (pending[sibling].pending_id, "approve"),
+        (pending[sibling].pending_id, "deny"),
+        (pending[denied].pending_id, "approve"),
+    ):
+        late = h.engine.resolve(pid, decision, BOB)
+        assert late.already_resolved
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 0
+    assert history(h, sid) == msgs
+    after = h.rt.stores.checkpoints.find_by_pending(pending[sibling].pending_id)
+    assert after is not None and after.to_dict() == before_cp
+    assert len(h.rt.stores.turns.events(turn_id)) == before_events
+    assert len(model.requests) == 1
+
+
+def test_approve_then_deny_keeps_the_real_result(h: Harness, calls: Calls, model: ScriptedModel) -> None:
+    turn_id, sid, pending = start(h)
+
+    h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
+    res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
+
+    assert res.denied
+    assert calls.count("issue_refund") == 1
+    assert calls.count("cancel_order") == 0
+    answered = results(assert_protocol(h, sid)[2])
+    assert answered["t3"] == {"tool": "issue_refund", "args": {"x": 3}}
+    assert answered["t4"]["status"] == "denied"
+    assert turn(h, turn_id).stop_reason is StopReason.DENIED
+    assert len(model.requests) == 1
+
+
+def test_late_click_after_both_approved(h: Harness, calls: Calls, model: ScriptedModel) -> None:
+    turn_id, sid, pending = start(h)
+    for item in pending.values():
+        h.engine.resolve(item.pending_id, "approve", ALICE)
+    before = history(h, sid)
+
+    for item in pending.values():
+        assert h.engine.resolve(item.pending_id, "approve", ALICE).already_resolved
+        assert h.engine.resolve(item.pending_id, "deny", ALICE).already_resolved
+
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 1
+    assert history(h, sid) == before
+    assert len(model.requests) == 2
+    assert turn(h, turn_id).stop_reason is StopReason.END_TURN
+
+
+def test_unknown_pending_id_is_already_resolved(h: Harness, calls: Calls) -> None:
+    turn_id, sid, _ = start(h)
+    cp_before = checkpoint(h, turn_id).to_dict()
+
+    assert h.engine.resolve("pnd_does_not_exist", "approve", ALICE).already_resolved
+    assert h.engine.resolve("pnd_does_not_exist", "deny", ALICE).already_resolved
+    assert h.engine.answer("pnd_does_not_exist", "yes", ALICE).already_resolved
+
+    assert checkpoint(h, turn_id).to_dict() == cp_before
+    assert calls.count("issue_refund") == calls.count("cancel_order") == 0
+    assert len(history(h, sid)) == 2
