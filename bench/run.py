@@ -17,6 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.harness import Calls, StaticAgents, agent  # noqa: E402
+
 from loopengine.clock import SystemClock  # noqa: E402
 from loopengine.engine import Engine  # noqa: E402
 from loopengine.invokers import InlineInvoker  # noqa: E402
@@ -24,7 +26,6 @@ from loopengine.models.scripted import ScriptedModel  # noqa: E402
 from loopengine.resolution import Decider  # noqa: E402
 from loopengine.runtime import Runtime  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
-from tests.harness import Calls, StaticAgents, agent  # noqa: E402
 
 PROBE = """
 import sys, time
@@ -41,7 +42,11 @@ def cold_import(module: str, runs: int = 5) -> tuple[float, str]:
     env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": "true"}
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, "-c", PROBE.format(module=module)], capture_output=True, text=True, env=env, check=True
+            [sys.executable, "-c", PROBE.format(module=module)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
         ).stdout.split()
         times.append(float(out[0]))
         heavy = out[1] if len(out) > 1 else "-"

@@ -122,7 +122,9 @@ def test_two_step_question_chain() -> None:
     model = ScriptedModel.from_list(
         [
             call(use(ASK_USER, {"question": "Which order?"}, id="q1")),
-            call(use(ASK_USER, {"question": "Refund or replace?", "options": ["refund", "replace"]}, id="q2")),
+            call(
+                use(ASK_USER, {"question": "Refund or replace?", "options": ["refund", "replace"]}, id="q2")
+            ),
             say("Refunding A-1001."),
         ]
     )
@@ -297,4 +299,3 @@ def test_argshash_mismatch_decides_nothing() -> None:
         assert calls.count("issue_refund") == 0
         h.engine.resolve(item.pending_id, "approve", REVIEWER, args_hash=item.args_hash)
         assert calls.count("issue_refund") == 1
-

@@ -110,6 +110,7 @@ VALID = {
     "text after the results": [user(), asks("a"), answers("a", extra=(TextBlock("thanks"),)), says()],
     "chained rounds": [user(), asks("a"), answers("a"), asks("b", "c"), answers("b", "c"), says()],
     "dangling batch at the end (parked)": [user(), asks("a"), answers("a"), asks("b")],
+    "new message after a turn that ended on results": [user(), asks("a"), answers("a"), user("and?")],
 }
 
 INVALID = {
@@ -123,6 +124,7 @@ INVALID = {
     "result in an assistant message": [user(), Message("assistant", (ToolResultBlock("a", "x"),))],
     "result answering an older batch again": [user(), asks("a"), answers("a"), says(), answers("a")],
     "tool_use from the user": [Message("user", (ToolUseBlock("a", "tool", {}),)), answers("a")],
+    "results after a new user message": [user(), asks("a"), user("wait"), answers("a")],
     "text before the results": [
         user(),
         asks("a"),
@@ -130,7 +132,6 @@ INVALID = {
     ],
     "same tool_use id twice in one batch": [user(), asks("a", "a"), answers("a", "a"), says()],
     "tool_use id reused by a later batch": [user(), asks("a"), answers("a"), asks("a"), answers("a")],
-    "two user messages in a row": [user(), user()],
 }
 
 

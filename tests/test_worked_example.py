@@ -250,3 +250,24 @@ def test_unknown_pending_id_is_already_resolved(h: Harness, calls: Calls) -> Non
     assert checkpoint(h, turn_id).to_dict() == cp_before
     assert calls.count("issue_refund") == calls.count("cancel_order") == 0
     assert len(history(h, sid)) == 2
+
+
+def test_the_user_can_write_again_after_a_denial(calls: Calls) -> None:
+    model = ScriptedModel.from_list(
+        [
+            call(use("lookup_order", {"x": 1}, id="t1"), use("issue_refund", {"x": 3}, id="t3")),
+            say("Understood."),
+        ]
+    )
+    cfg = agent("shop", [calls.tool("lookup_order"), calls.tool("issue_refund")], {"rules": []})
+    with scenario(cfg, model=model) as h:
+        out = h.engine.send_message("shop", "refund please")
+        h.engine.resolve(out.pending[0].pending_id, "deny", ALICE)
+        assert turn(h, out.turn_id).stop_reason is StopReason.DENIED
+
+        nxt = h.engine.send_message("shop", "ok, never mind", session_id=out.session_id)
+
+        assert nxt.stop_reason is StopReason.END_TURN and nxt.text == "Understood."
+        msgs = assert_protocol(h, out.session_id)
+        assert [m.role for m in msgs] == ["user", "assistant", "user", "user", "assistant"]
+        assert model.requests[-1].messages == msgs[:4]

@@ -24,6 +24,7 @@ from loopengine.agent import AgentConfig
 from loopengine.batch import pending_notification, plan_batch, run_call
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.errors import AlreadyExists, ModelError, VersionConflict
+from loopengine.gate import Decision
 from loopengine.messages import Message, ToolResultBlock
 from loopengine.ports import ModelRequest
 from loopengine.runtime import Runtime
@@ -72,6 +73,8 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
             if stopped is not None:
                 return stopped
             continue
+        if _answers_a_denied_batch(rt, turn, history):
+            return finish(rt, config, turn, StopReason.DENIED, None)
         rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
         if rounds >= config.max_iterations:
             return finish(rt, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
@@ -98,8 +101,10 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
 
 def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]) -> TurnOutcome | None:
     """Handle the tool_use batch at the end of history; ``None`` means go round again."""
-    if turn.checkpoint_id is not None:
+    if turn.checkpoint_id == checkpoint_id(turn, len(history) - 1):
         return _close_batch(rt, config, turn, history)
+    # (a checkpoint_id of an earlier batch is left over from a crash between appending that
+    # batch's results and clearing it: that batch is answered; this one is new)
     uses = history[-1].tool_uses
     turn = _record_verdicts(rt, config, turn)
     plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now())
@@ -123,10 +128,33 @@ def _close_batch(
     if cp is None or not cp.complete:
         return outcome_of(turn)
     _append_results(rt, turn, history, list(cp.results_so_far))
-    turn = rt.stores.turns.replace_turn(replace(turn, checkpoint_id=None))
-    if cp.denied:
+    if cp.denied:  # finish clears checkpoint_id in the same write
         return finish(rt, config, turn, StopReason.DENIED, None)
+    rt.stores.turns.replace_turn(replace(turn, checkpoint_id=None))
     return None
+
+
+def _answers_a_denied_batch(rt: Runtime, turn: TurnRecord, history: list[Message]) -> bool:
+    """True when the last message answers a batch that was denied (by a rule or a human).
+
+    The loop appends a denied batch's results and then finishes the turn; a crash between those
+    two writes leaves a running turn whose next step would call the model. This restores the stop.
+    """
+    seq = len(history) - 2
+    if seq < turn.start_seq or not history[seq].tool_uses:
+        return False
+    recorded = [turn.verdicts.get(u.id) for u in history[seq].tool_uses]
+    if any(v is not None and v.get("decision") == Decision.DENY.value for v in recorded):
+        return True
+    if turn.checkpoint_id != checkpoint_id(turn, seq):
+        return False
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    return cp is not None and cp.denied
+
+
+def checkpoint_id(turn: TurnRecord, seq: int) -> str:
+    """The id of the checkpoint of the batch in history message ``seq`` (one per batch)."""
+    return f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}"
 
 
 def _record_verdicts(rt: Runtime, config: AgentConfig, turn: TurnRecord) -> TurnRecord:
@@ -153,10 +181,14 @@ def _park(
     seq: int,
     results: list[ToolResultBlock],
     pending: list[PendingItem],
-) -> TurnOutcome:
-    """Write the checkpoint and its pointers, mark the turn paused, notify."""
+) -> TurnOutcome | None:
+    """Write the checkpoint and its pointers, mark the turn paused, notify.
+
+    ``None`` (go round again) when a previous run of this step wrote the checkpoint and died
+    before marking the turn paused, and people have since decided every item of it.
+    """
     cp = TurnCheckpoint(
-        id=f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}",
+        id=checkpoint_id(turn, seq),
         turn_id=turn.turn_id,
         session_id=turn.session_id,
         agent=turn.agent,
@@ -171,9 +203,12 @@ def _park(
         stored = rt.stores.checkpoints.get(cp.id)
         assert stored is not None
         cp = stored
+        if cp.complete:
+            rt.stores.turns.replace_turn(replace(turn, checkpoint_id=cp.id))
+            return None
     stop = (
         StopReason.PENDING_QUESTION
-        if all(p.kind == "question" for p in cp.outstanding.values())
+        if all(p.kind == "question" for p in pending)
         else StopReason.PENDING_APPROVAL
     )
     turn = rt.stores.turns.replace_turn(

@@ -136,12 +136,11 @@ def check_protocol(history: list[Message]) -> None:
     (a dangling tool_use at the very end is allowed: that is a parked or running batch). In detail:
     tool_use blocks appear only in assistant messages and their ids are unique; the message after
     one holding tool_use blocks is a user message whose tool_result blocks come first and answer
-    each of them exactly once; tool_result blocks appear nowhere else.
+    each of them exactly once; tool_result blocks appear nowhere else. Two user messages in a row
+    are fine (the API joins them): a new message after a turn that ended on tool results.
     """
     seen: set[str] = set()
     for i, msg in enumerate(history):
-        if msg.role == "user" and i > 0 and history[i - 1].role == "user":
-            raise InvalidInput(f"message {i}: two user messages in a row")
         uses = msg.tool_uses
         if uses and msg.role != "assistant":
             raise InvalidInput(f"message {i}: tool_use outside an assistant message")

@@ -27,7 +27,7 @@ from loopengine.errors import (
 )
 from loopengine.gate import Decision
 from loopengine.loop import TurnOutcome, advance
-from loopengine.messages import ToolResultBlock, ToolUseBlock
+from loopengine.messages import ToolResultBlock, ToolUseBlock, block_from_dict
 from loopengine.runtime import Runtime
 from loopengine.schema import validate_args
 from loopengine.turns import TurnRecord, TurnStatus
@@ -229,18 +229,28 @@ def resume_turn(rt: Runtime, turn_id: str, deadline: float | None = None) -> Tur
 
 
 def _recover_stale(rt: Runtime, cp: TurnCheckpoint) -> TurnCheckpoint:
-    """Approved calls whose runner died mid-call get an ``unknown`` result (never re-run)."""
+    """Settle approved calls whose runner died mid-way (never re-run).
+
+    A call whose outcome was recorded gets that result; one with no outcome by the stale cutoff
+    gets an ``unknown`` result; one still within the cutoff is left to its runner.
+    """
     calls = rt.stores.turns.calls(cp.turn_id)
     cutoff = rt.stores.clock.now() - rt.stale_call_seconds
     decided = {d["pendingId"]: float(d["at"]) for d in cp.decisions}
     for pid, item in cp.inflight.items():
         call = calls.get(item.tool_use_id)
-        since = call.started_at if call is not None else decided.get(pid, 0.0)
-        if (call is None or call.result is None) and since < cutoff:
+        if call is not None and call.result is not None:
+            # the runner recorded the outcome but died before the checkpoint learnt it
+            recorded = block_from_dict(call.result)
+            assert isinstance(recorded, ToolResultBlock)
+            result = recorded
+        elif (call.started_at if call is not None else decided.get(pid, 0.0)) < cutoff:
             result = outcomes.unknown(item.tool_use_id, outcomes.CRASHED)
-            changed = modify(rt, cp.id, functools.partial(_add_result, pending_id=pid, result=result))
-            if changed is not None:
-                cp = changed[1]
+        else:
+            continue  # its runner may still be working on it
+        changed = modify(rt, cp.id, functools.partial(_add_result, pending_id=pid, result=result))
+        if changed is not None:
+            cp = changed[1]
     return cp
 
 
