@@ -7,15 +7,17 @@ a synchronous denial anywhere cancels the whole batch: nothing runs, every sibli
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loopengine.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.tools import ASK_USER
 from loopengine.turns import StopReason, TurnStatus
-from tests.harness import Calls, agent
+from tests.harness import Calls, agent, make_harness
 from tests.scenario import assert_protocol, results, scenario, turn
 
 KIND_TOOL = {"allow": "safe", "ask": "gated", "deny": "blocked", "question": ASK_USER}
@@ -151,3 +153,32 @@ def test_a_deny_cancels_the_batch_wherever_it_is() -> None:
         statuses = dict(got.final)
         assert statuses.pop(f"c{position}") == "denied"
         assert set(statuses.values()) == {"skipped"}
+
+
+def test_model_mistakes_are_answered_at_once_without_asking_anyone(tmp_path: Path) -> None:
+
+    calls = Calls()
+    cfg = agent("mistakes", [calls.tool("echo")], {"default_decision": "ask"})
+    model = ScriptedModel.from_list(
+        [
+            call(
+                use("no_such_tool", {"x": 1}, id="t1"),
+                use("echo", {"x": "not an integer"}, id="t2"),
+                use(ASK_USER, {"options": ["a"]}, id="t3"),
+            ),
+            say("sorry"),
+        ]
+    )
+    h = make_harness(tmp_path / "m.db", cfg, model=model)
+    try:
+        out = h.engine.send_message("mistakes", "go")
+        assert out.stop_reason is not None and out.stop_reason.value == "end_turn"
+        assert calls.count("echo") == 0 and h.notifier.events("approval") == []
+        history = h.rt.stores.sessions.load(out.session_id)
+        check_protocol(history)
+        results = {r.tool_use_id: r for r in history[2].tool_results}
+        assert "unknown tool 'no_such_tool'" in results["t1"].content and results["t1"].is_error
+        assert "x" in results["t2"].content and results["t2"].is_error
+        assert "question" in results["t3"].content and results["t3"].is_error
+    finally:
+        h.rt.stores.close()

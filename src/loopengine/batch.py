@@ -20,7 +20,7 @@ from loopengine.ids import new_id
 from loopengine.messages import ToolResultBlock, ToolUseBlock, block_from_dict
 from loopengine.runtime import Runtime
 from loopengine.schema import validate_args
-from loopengine.tools import ASK_USER, args_hash, result_text
+from loopengine.tools import ASK_USER, ASK_USER_SPEC, args_hash, result_text
 from loopengine.turns import CallRecord, TurnRecord
 
 JsonDict = dict[str, Any]
@@ -28,20 +28,29 @@ JsonDict = dict[str, Any]
 
 @dataclass
 class BatchPlan:
-    """The three buckets of one batch."""
+    """The buckets of one batch, plus calls the model got wrong (answered with an error at once)."""
 
     allowed: list[ToolUseBlock] = field(default_factory=list)
     denied: list[ToolUseBlock] = field(default_factory=list)
     pending: list[PendingItem] = field(default_factory=list)
+    invalid: dict[str, ToolResultBlock] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
 
 def plan_batch(
     config: AgentConfig, uses: list[ToolUseBlock], verdicts: dict[str, JsonDict], now: float
 ) -> BatchPlan:
-    """Sort every call of the batch into allowed / denied / pending using recorded verdicts."""
+    """Sort every call of the batch into allowed / denied / pending using recorded verdicts.
+
+    A call to a tool the agent does not have, or with arguments its schema rejects, is answered
+    with an error result right away: it never runs and no human is asked to approve it.
+    """
     plan = BatchPlan()
     for use in uses:
+        problem = _problem(config, use)
+        if problem is not None:
+            plan.invalid[use.id] = outcomes.failed(use.id, problem)
+            continue
         if use.name == ASK_USER:
             plan.pending.append(_item(use, "question", "the model asked the user", ()))
             continue
@@ -54,6 +63,20 @@ def plan_batch(
         else:
             plan.pending.append(_item(use, "approval", verdict.reason, verdict.approvers))
     return plan
+
+
+def _problem(config: AgentConfig, use: ToolUseBlock) -> str | None:
+    schema = ASK_USER_SPEC["input_schema"] if use.name == ASK_USER else None
+    if schema is None:
+        tool = config.tool(use.name)
+        if tool is None:
+            return f"unknown tool {use.name!r}; available: {', '.join(t.name for t in config.tools)}"
+        schema = tool.input_schema
+    try:
+        validate_args(schema, use.input, "arguments")
+    except InvalidInput as exc:
+        return str(exc)
+    return None
 
 
 def _item(use: ToolUseBlock, kind: Any, reason: str, approvers: tuple[str, ...]) -> PendingItem:

@@ -110,10 +110,10 @@ def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Mes
     plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now())
     if plan.denied:
         results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
-        results += [outcomes.skipped(u.id) for u in uses if u not in plan.denied]
+        results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
         _append_results(rt, turn, history, results)
         return finish(rt, config, turn, StopReason.DENIED, None)
-    results = [run_call(rt, config, turn.turn_id, u) for u in plan.allowed]
+    results = [*plan.invalid.values(), *(run_call(rt, config, turn.turn_id, u) for u in plan.allowed)]
     if not plan.pending:
         _append_results(rt, turn, history, results)
         return None
