@@ -12,6 +12,7 @@ JsonDict = dict[str, Any]
 class TurnStatus(StrEnum):
     """Where a turn is: running, paused on a human, or finished (any terminal stop)."""
 
+    QUEUED = "queued"
     RUNNING = "running"
     PAUSED = "paused"
     FINISHED = "finished"
@@ -37,7 +38,9 @@ class TurnRecord:
 
     ``start_seq`` is the index in the session history of the turn's first message; ``verdicts``
     maps toolUseId to the gate's recorded verdict (decided once, never re-evaluated);
-    ``lease_until`` guards a running turn against a second runner.
+    ``lease_until`` guards a running turn against a second runner; ``stop_requested`` (cancelled
+    or superseded) makes the loop stop at its next step boundary; ``sticky_tools`` were approved
+    for the rest of this turn; ``queued_message`` is the message of a turn waiting for its session.
     """
 
     turn_id: str
@@ -56,6 +59,9 @@ class TurnRecord:
     lease_until: float = 0.0
     code_version: str | None = None
     updated_at: float = 0.0
+    stop_requested: StopReason | None = None
+    sticky_tools: tuple[str, ...] = ()
+    queued_message: str | None = None
     version: int = 0
 
     def to_dict(self) -> JsonDict:
@@ -77,6 +83,9 @@ class TurnRecord:
             "leaseUntil": self.lease_until,
             "codeVersion": self.code_version,
             "updatedAt": self.updated_at,
+            "stopRequested": self.stop_requested.value if self.stop_requested else None,
+            "stickyTools": list(self.sticky_tools),
+            "queuedMessage": self.queued_message,
             "version": self.version,
         }
 
@@ -100,6 +109,9 @@ class TurnRecord:
             lease_until=float(d.get("leaseUntil", 0.0)),
             code_version=d.get("codeVersion"),
             updated_at=float(d.get("updatedAt", 0.0)),
+            stop_requested=StopReason(d["stopRequested"]) if d.get("stopRequested") else None,
+            sticky_tools=tuple(d.get("stickyTools") or ()),
+            queued_message=d.get("queuedMessage"),
             version=int(d.get("version", 0)),
         )
 

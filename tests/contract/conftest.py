@@ -7,14 +7,19 @@ directory and the clock and is a context manager yielding ready :class:`~loopeng
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 
 from loopengine.clock import FakeClock
 from loopengine.ports import Stores
+from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.sqlite import SqliteDatabase, sqlite_stores
 
 StoresFactory = Callable[[Path, FakeClock], AbstractContextManager[Stores]]
@@ -30,7 +35,51 @@ def make_sqlite(tmp: Path, clock: FakeClock) -> Iterator[Stores]:
         db.close()
 
 
-ADAPTERS: dict[str, StoresFactory] = {"sqlite": make_sqlite}
+FAKE_AWS = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+
+
+@contextmanager
+def moto_dynamodb(table: str = "loopengine-test") -> Iterator[Any]:
+    """A low-level DynamoDB client inside ``mock_aws`` with the loopengine table created.
+
+    Fake credentials and region keep every request away from real AWS. DynamoDB applies each
+    request atomically; moto does not (a cancelled transaction restores a copy of the whole table),
+    so requests to moto are serialised here, one at a time, as the service would see them.
+    """
+    import boto3
+    from moto import mock_aws
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    one_at_a_time = threading.Lock()
+    unlocked = BotocoreStubber.__call__
+
+    def locked(self: BotocoreStubber, *args: Any, **kwargs: Any) -> Any:
+        with one_at_a_time:
+            return unlocked(self, *args, **kwargs)
+
+    with (
+        mock.patch.dict(os.environ, FAKE_AWS),
+        mock.patch.object(BotocoreStubber, "__call__", locked),
+        mock_aws(),
+    ):
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        create_table(client, table)
+        yield client
+
+
+@contextmanager
+def make_dynamodb(tmp: Path, clock: FakeClock) -> Iterator[Stores]:
+    """DynamoDB under moto: a fresh table per test, the adapter on a client made for it."""
+    with moto_dynamodb() as client:
+        yield open_dynamodb_stores("loopengine-test", clock, client=client)
+
+
+ADAPTERS: dict[str, StoresFactory] = {"sqlite": make_sqlite, "dynamodb": make_dynamodb}
 
 
 @pytest.fixture

@@ -1,0 +1,90 @@
+"""How records become DynamoDB items: keys, sortable timestamps, and the body codec.
+
+A record's body is its JSON text in one ``data`` string attribute. DynamoDB refuses items over
+400 KB, so a body longer than ``INLINE_LIMIT`` is cut into content-addressed, immutable blob parts
+(``BLOB#<sha256>`` / ``PART#<i>``, at most ``PART_SIZE`` bytes each) that are written *before* the
+item referring to them; that item holds a manifest instead of ``data``: ``blob`` (the digest) and
+``parts`` (how many). Parts never change, so a compare-and-set on the referencing item stays one
+conditional write, and a reader checks the reassembled bytes against the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loopengine.errors import StoreError
+
+Item = dict[str, Any]
+"""One item (or key) in DynamoDB's wire form, e.g. ``{"pk": {"S": "CP#1"}, "version": {"N": "3"}}``."""
+
+INLINE_LIMIT = 350_000
+"""Largest JSON body (bytes) kept inline in ``data``; longer ones spill into blob parts."""
+PART_SIZE = 300_000
+"""Bytes per blob part item."""
+
+
+def s(value: str) -> dict[str, str]:
+    """A string attribute value."""
+    return {"S": value}
+
+
+def n(value: int) -> dict[str, str]:
+    """A number attribute value."""
+    return {"N": str(value)}
+
+
+def key(pk: str, sk: str) -> Item:
+    """The primary key of an item."""
+    return {"pk": s(pk), "sk": s(sk)}
+
+
+def sortable(x: float) -> str:
+    """16 hex digits whose string order is the numeric order of ``x`` (IEEE-754 bits, exact)."""
+    (bits,) = struct.unpack(">Q", struct.pack(">d", x))
+    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | 1 << 63
+    return f"{bits:016x}"
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A body ready to store: attributes for the referencing item, blob parts to write first."""
+
+    attributes: Item
+    parts: list[Item]
+
+
+def encode(value: Any, limit: int = INLINE_LIMIT) -> Encoded:
+    """Inline JSON if it fits in ``limit`` bytes, else a manifest plus content-addressed parts."""
+    text = json.dumps(value, separators=(",", ":"))  # ASCII only (ensure_ascii), so len() is bytes
+    if len(text) <= limit:
+        return Encoded({"data": s(text)}, [])
+    raw = text.encode("ascii")
+    digest = hashlib.sha256(raw).hexdigest()
+    chunks = [raw[i : i + PART_SIZE] for i in range(0, len(raw), PART_SIZE)]
+    parts = [{**key(f"BLOB#{digest}", f"PART#{i:05d}"), "part": {"B": c}} for i, c in enumerate(chunks)]
+    return Encoded({"blob": s(digest), "parts": n(len(chunks))}, parts)
+
+
+def inline(item: Item) -> tuple[bool, Any]:
+    """``(True, body)`` for an item holding its body inline; ``(False, None)`` for a manifest."""
+    if "data" in item:
+        return True, json.loads(item["data"]["S"])
+    return False, None
+
+
+def manifest(item: Item) -> tuple[str, int]:
+    """The blob digest and part count of an item whose body spilled."""
+    return item["blob"]["S"], int(item["parts"]["N"])
+
+
+def reassemble(digest: str, count: int, parts: Sequence[Item]) -> Any:
+    """The body from its parts (in key order), verified against the digest and the part count."""
+    raw = b"".join(bytes(part["part"]["B"]) for part in parts)
+    if len(parts) != count or hashlib.sha256(raw).hexdigest() != digest:
+        raise StoreError(f"blob {digest} is incomplete or corrupt ({len(parts)} of {count} parts)")
+    return json.loads(raw)

@@ -1,0 +1,332 @@
+"""DynamoDB plumbing for the store adapter: the lazy client, conditional writes, errors, the table.
+
+Nothing here imports boto3 or botocore at module level: the client is made on first use (a client
+made at import time would escape moto, and a process on SQLite never pays for boto3).
+
+Errors: a failed condition becomes :class:`ConditionFailed` carrying the stored item (every
+conditional write asks for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so nobody needs a second
+read); a transaction cancelled by a failed condition becomes :class:`TransactionCancelled` with the
+per-action reasons. A transaction that lost to another transaction is retried a bounded number of
+times; everything else is :class:`~loopengine.errors.StoreError` raised ``from`` botocore's
+exception, after botocore's own bounded ``standard``-mode retries (throttling, 5xx, timeouts).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from loopengine.errors import StoreError
+from loopengine.stores.dynamodb_codec import Item, inline, key, manifest, n, reassemble, s
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+TRANSACTION_ITEMS = 100
+"""DynamoDB's cap on actions per TransactWriteItems."""
+TRANSACTION_BUDGET = 3_500_000
+"""Inline body bytes allowed across one transaction (DynamoDB caps its aggregate size at 4 MB)."""
+BATCH_WRITE_ITEMS = 25
+BATCH_GET_KEYS = 100
+INDEX = "gsi1"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A ConditionExpression with its placeholders."""
+
+    expression: str
+    names: dict[str, str] = field(default_factory=dict)
+    values: Item = field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        """The request parameters for this condition."""
+        out: dict[str, Any] = {"ConditionExpression": self.expression}
+        if self.names:
+            out["ExpressionAttributeNames"] = self.names
+        if self.values:
+            out["ExpressionAttributeValues"] = self.values
+        return out
+
+
+ABSENT = Condition("attribute_not_exists(pk)")
+"""The key is not taken yet: every create."""
+
+
+def version_is(expected: int) -> Condition:
+    """The stored item exists and still carries version ``expected``: every compare-and-set.
+
+    A missing item fails it too (a comparison with an absent attribute is false)::
+
+        A   get -> v3 .......................... put v4 if version = 3 -> ConditionalCheckFailed
+        B   get -> v3 ... put v4 if version = 3 -> ok                      ALL_OLD: B's v4, no re-read
+    """
+    return Condition("#version = :expected", {"#version": "version"}, {":expected": n(expected)})
+
+
+class ConditionFailed(Exception):
+    """A conditional write found its condition false; ``old`` is the stored item, or None."""
+
+    def __init__(self, old: Item | None) -> None:
+        super().__init__("condition failed")
+        self.old = old
+
+
+class TransactionCancelled(Exception):
+    """A transaction failed a condition; ``reasons`` has one entry per action (``Code``, ``Item``)."""
+
+    def __init__(self, reasons: list[dict[str, Any]]) -> None:
+        super().__init__("transaction cancelled")
+        self.reasons = reasons
+
+    def failed(self, index: int) -> bool:
+        """Whether action ``index`` is one whose condition failed."""
+        return self.reasons[index].get("Code") == "ConditionalCheckFailed"
+
+    def old(self, index: int) -> Item | None:
+        """The stored item of action ``index`` (ALL_OLD), or None."""
+        item: Item | None = self.reasons[index].get("Item")
+        return item
+
+
+class _Transient(Exception):
+    """A transaction lost to another transaction (or was throttled): worth trying again."""
+
+
+_TRANSIENT_REASONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+
+
+@contextmanager
+def _errors(operation: str) -> Iterator[None]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ConditionalCheckFailedException":
+            old: Item | None = cast("Item | None", exc.response.get("Item"))
+            raise ConditionFailed(old) from exc
+        if code == "TransactionCanceledException":
+            reasons = [dict(r) for r in exc.response.get("CancellationReasons") or []]
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                raise TransactionCancelled(reasons) from exc
+            if reasons and all(r.get("Code") in _TRANSIENT_REASONS | {"None"} for r in reasons):
+                raise _Transient(operation) from exc
+        raise StoreError(f"DynamoDB {operation} failed: {code or exc}") from exc
+    except BotoCoreError as exc:
+        raise StoreError(f"DynamoDB {operation} failed: {exc}") from exc
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, 0.025 * 2**attempt))
+
+
+def new_client(max_attempts: int = 5) -> DynamoDBClient:
+    """A DynamoDB client making at most ``max_attempts`` tries per call.
+
+    Retries are botocore's ``standard`` mode: throttling, 5xx and timeouts, with jittered backoff.
+    Region, credentials and ``AWS_ENDPOINT_URL_DYNAMODB`` come from the usual boto3 sources.
+    """
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        retries={"mode": "standard", "total_max_attempts": max_attempts}, connect_timeout=3, read_timeout=10
+    )
+    return boto3.session.Session().client("dynamodb", config=config)
+
+
+def count_requests(client: DynamoDBClient) -> Counter[str]:
+    """Count the API calls made through ``client`` from now on, by operation name.
+
+    Each call counts once however many times botocore retried it; ``.total()`` sums them.
+    """
+    counts: Counter[str] = Counter()
+
+    def tally(model: Any, **_: Any) -> None:
+        counts[model.name] += 1
+
+    client.meta.events.register("before-call.dynamodb", tally)
+    return counts
+
+
+def create_table(client: DynamoDBClient, name: str) -> None:
+    """Create the single table (keys, ``gsi1``, on-demand billing, TTL on ``ttl``) and wait for it."""
+    strings = ("pk", "sk", "gsi1pk", "gsi1sk")
+
+    def schema(hash_key: str, range_key: str) -> list[Any]:
+        return [
+            {"AttributeName": hash_key, "KeyType": "HASH"},
+            {"AttributeName": range_key, "KeyType": "RANGE"},
+        ]
+
+    with _errors("CreateTable"):
+        client.create_table(
+            TableName=name,
+            AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in strings],
+            KeySchema=schema("pk", "sk"),
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": INDEX,
+                    "KeySchema": schema("gsi1pk", "gsi1sk"),
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+        client.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+        )
+
+
+class DynamoTable:
+    """The single table: lazy client, consistent reads, conditional writes, the blob codec."""
+
+    def __init__(self, name: str, client: DynamoDBClient | None = None, max_attempts: int = 5) -> None:
+        self.name = name
+        self.max_attempts = max_attempts
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> DynamoDBClient:
+        """The client, created on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = new_client(self.max_attempts)
+        return self._client
+
+    def get(self, pk: str, sk: str) -> Item | None:
+        """Read one item with a strongly consistent read."""
+        with _errors("GetItem"):
+            found = self.client.get_item(TableName=self.name, Key=key(pk, sk), ConsistentRead=True)
+        item: Item | None = found.get("Item")
+        return item
+
+    def put(self, item: Item, condition: Condition | None = None) -> None:
+        """Write one item, under ``condition`` if given (ConditionFailed carries the stored item)."""
+        params = condition.params() if condition else {}
+        with _errors("PutItem"):
+            self.client.put_item(
+                TableName=self.name, Item=item, ReturnValuesOnConditionCheckFailure="ALL_OLD", **params
+            )
+
+    def put_action(self, item: Item, condition: Condition) -> dict[str, Any]:
+        """One conditional Put of a transaction."""
+        put = {"TableName": self.name, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+        return {"Put": {**put, **condition.params()}}
+
+    def transact(self, actions: Sequence[dict[str, Any]]) -> None:
+        """All ``actions`` or none; a lost race with another transaction is retried (bounded)."""
+        for attempt in range(self.max_attempts):
+            try:
+                with _errors("TransactWriteItems"):
+                    items = cast("Sequence[TransactWriteItemTypeDef]", actions)
+                    self.client.transact_write_items(TransactItems=items)
+                return
+            except _Transient as exc:
+                if attempt + 1 == self.max_attempts:
+                    raise StoreError("DynamoDB TransactWriteItems kept conflicting") from exc
+                _backoff(attempt)
+
+    def increment(self, pk: str, sk: str, extra: Item) -> int:
+        """Atomically add one to the counter item's ``n`` (setting ``extra``); return the new value."""
+        sets = "".join(f", #{name} = :{name}" for name in extra)
+        names = {"#n": "n", **{f"#{name}": name for name in extra}}
+        values = {":one": n(1), **{f":{name}": value for name, value in extra.items()}}
+        expression = "ADD #n :one" + (f" SET {sets[2:]}" if extra else "")
+        with _errors("UpdateItem"):
+            result = self.client.update_item(
+                TableName=self.name,
+                Key=key(pk, sk),
+                UpdateExpression=expression,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="UPDATED_NEW",
+            )
+        return int(result["Attributes"]["n"]["N"])
+
+    def query(
+        self, pk: str, prefix: str | None = None, *, index: bool = False, **extra: Any
+    ) -> Iterator[Item]:
+        """Every item of a partition (or of ``gsi1``) whose sort key starts with ``prefix``, in order.
+
+        Base-table queries are strongly consistent; ``gsi1`` can only be read eventually consistent.
+        ``extra`` adds request parameters (a FilterExpression and its placeholders).
+        """
+        hash_key, range_key = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
+        condition = "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else "")
+        names = {"#pk": hash_key, **({"#sk": range_key} if prefix else {}), **extra.pop("names", {})}
+        values = {":pk": s(pk), **({":prefix": s(prefix)} if prefix else {}), **extra.pop("values", {})}
+        params: dict[str, Any] = {
+            "TableName": self.name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            **({"IndexName": INDEX} if index else {"ConsistentRead": True}),
+            **extra,
+        }
+        while True:
+            with _errors("Query"):
+                page = self.client.query(**params)
+            yield from page.get("Items", [])
+            if "LastEvaluatedKey" not in page:
+                return
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def batch_get(self, keys: list[Item]) -> list[Item]:
+        """Consistent reads of ``keys`` (missing ones are left out), in no particular order."""
+        found: list[Item] = []
+        for start in range(0, len(keys), BATCH_GET_KEYS):
+            pending: dict[str, Any] = {
+                self.name: {"Keys": keys[start : start + BATCH_GET_KEYS], "ConsistentRead": True}
+            }
+            stalled = 0
+            while pending:
+                with _errors("BatchGetItem"):
+                    page = self.client.batch_get_item(RequestItems=pending)
+                got = page.get("Responses", {}).get(self.name, [])
+                found += got
+                pending = dict(page.get("UnprocessedKeys") or {})
+                stalled = 0 if got else stalled + 1
+                self._wait_or_give_up(pending, stalled, "BatchGetItem")
+        return found
+
+    def write_parts(self, parts: list[Item]) -> None:
+        """Write blob parts (idempotent: same key, same bytes), 25 to a request."""
+        for start in range(0, len(parts), BATCH_WRITE_ITEMS):
+            requests = [{"PutRequest": {"Item": p}} for p in parts[start : start + BATCH_WRITE_ITEMS]]
+            pending: dict[str, Any] = {self.name: requests}
+            stalled = 0
+            while pending:
+                before = len(pending[self.name])
+                with _errors("BatchWriteItem"):
+                    page = self.client.batch_write_item(RequestItems=pending)
+                pending = dict(page.get("UnprocessedItems") or {})
+                stalled = stalled + 1 if pending and len(pending[self.name]) >= before else 0
+                self._wait_or_give_up(pending, stalled, "BatchWriteItem")
+
+    def _wait_or_give_up(self, pending: dict[str, Any], stalled: int, operation: str) -> None:
+        if not pending:
+            return
+        if stalled >= self.max_attempts:
+            raise StoreError(f"DynamoDB {operation} left items unprocessed {stalled} times in a row")
+        _backoff(stalled)
+
+    def decode(self, item: Item) -> Any:
+        """The JSON body of ``item``: inline, or its blob parts read back and verified."""
+        found, body = inline(item)
+        if found:
+            return body
+        digest, count = manifest(item)
+        return reassemble(digest, count, list(self.query(f"BLOB#{digest}", "PART#")))
