@@ -221,11 +221,16 @@ def test_unknown_turn_and_session_are_404(engine: Engine) -> None:
     assert call(api.handler, load_event("get_session"))[0] == 404
 
 
-def test_parked_session_rejects_a_second_message_with_409(engine: Engine) -> None:
+def test_a_new_message_supersedes_a_parked_turn(engine: Engine) -> None:
     _, paused = _pause()
-    body = {"message": "Actually, never mind.", "sessionId": paused["sessionId"]}
+    body = {"message": "Order A-1002: where is it?", "sessionId": paused["sessionId"]}
     status, reply = call(api.handler, with_body(load_event("post_message"), body))
-    assert status == 409 and paused["turnId"] in reply["message"]
+    assert status == 200 and reply["stopReason"] == "end_turn"
+    old = engine.turn(paused["turnId"])
+    assert old.status.value == "finished" and old.stop_reason is not None
+    assert old.stop_reason.value == "superseded"
+    late = load_event("resolve_approve", pendingId=paused["pendingItems"][0]["pendingId"])
+    assert call(api.handler, late) == (200, {"alreadyResolved": True})
 
 
 def test_schedule_starts_an_unattended_turn(engine: Engine) -> None:

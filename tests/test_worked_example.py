@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from loopengine.checkpoint import PendingItem
+from loopengine.loop import merged
 from loopengine.messages import Message
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.resolution import Decider
@@ -270,4 +271,6 @@ def test_the_user_can_write_again_after_a_denial(calls: Calls) -> None:
         assert nxt.stop_reason is StopReason.END_TURN and nxt.text == "Understood."
         msgs = assert_protocol(h, out.session_id)
         assert [m.role for m in msgs] == ["user", "assistant", "user", "user", "assistant"]
-        assert model.requests[-1].messages == msgs[:4]
+        # the model sees the two user messages joined into one (results first, then the text)
+        assert model.requests[-1].messages == merged(msgs[:4])
+        assert len(model.requests[-1].messages) == 3

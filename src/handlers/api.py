@@ -27,7 +27,7 @@ def health() -> Response[str]:
 
 @app.post("/agents/<agent>/messages")
 def post_message(agent: str) -> Response[str]:
-    web.decider(app.current_event)
+    sender = web.decider(app.current_event)
     body = web.json_body(app.current_event)
     for key in ("sessionId", "tenant"):
         if body.get(key) is not None and not isinstance(body[key], str):
@@ -38,6 +38,7 @@ def post_message(agent: str) -> Response[str]:
         session_id=body.get("sessionId") or None,
         tenant=body.get("tenant") or "",
         budget_seconds=_budget(),
+        sender=sender,
     )
     logger.set_correlation_id(out.turn_id)
     return web.reply(*views.turn_outcome(out))
@@ -56,6 +57,7 @@ def resolve(pending_id: str) -> Response[str]:
         edited_args=body.get("editedArgs"),
         comment=body.get("comment"),
         args_hash=body.get("argsHash"),
+        scope=body.get("scope"),
     )
     return _resolution(res, wait)
 
@@ -89,6 +91,13 @@ def get_turn(turn_id: str) -> Response[str]:
     turn = engine.turn(turn_id)
     audit = engine.rt.stores.turns.events(turn_id)
     return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), audit))
+
+
+@app.post("/turns/<turn_id>/cancel")
+def cancel_turn(turn_id: str) -> Response[str]:
+    who = web.decider(app.current_event)
+    logger.set_correlation_id(turn_id)
+    return web.reply(*views.cancelled(root.engine().cancel(turn_id, who)))
 
 
 @app.get("/sessions/<session_id>")

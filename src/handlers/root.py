@@ -22,7 +22,8 @@ def _invoker(env: Mapping[str, str]) -> tuple[ResumeInvoker, ThreadInvoker | Non
     if function:
         from loopengine.aws.lambda_invoker import LambdaInvoker
 
-        return LambdaInvoker(function, env.get("LOOPENGINE_RESUME_VERSION") or None), None
+        pin = env.get("LOOPENGINE_PIN_RESUME_VERSION", "true").lower() != "false"
+        return LambdaInvoker(function, env.get("LOOPENGINE_RESUME_VERSION") or None, pin=pin), None
     local = ThreadInvoker()
     return local, local
 

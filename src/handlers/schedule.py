@@ -1,4 +1,4 @@
-"""The ``schedule`` Lambda: EventBridge rules start unattended turns.
+"""The ``schedule`` Lambda: EventBridge rules start unattended turns and sweep expired items.
 
 A rule's ``Input`` is delivered as the event: ``{"agent", "message", "sessionId"?, "tenant"?}``.
 The turn runs with ``trigger: "schedule"`` (run_start / run_finish carry it) and, past its time
@@ -23,10 +23,14 @@ SAFETY_SECONDS = 30.0
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point."""
     if isinstance(event, dict) and event.get("action") == "sweep":
-        # Expiry policies (pending_ttl / on_expiry) are not part of this build yet: nothing can
-        # be due, and DynamoDB TTL only removes long-dead records, it never decides anything.
-        logger.info("expiry sweep: no agent declares pending_ttl in this build")
-        return {"swept": 0}
+        # Expiry is a policy decided here (pending_ttl / on_expiry), never by DynamoDB TTL,
+        # which only removes long-dead records.
+        try:
+            swept = root.engine().sweep()
+        finally:
+            flush()
+        logger.info("expiry sweep", extra={"expired": swept})
+        return {"swept": swept}
     if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
         logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
         return {"started": False, "error": "schedule input needs 'agent' and 'message'"}

@@ -49,7 +49,8 @@ def error_reply(exc: Exception) -> Response[str]:
         return reply(exc.status, {"error": exc.code, "message": str(exc)})
     if isinstance(exc, errors.LoopengineError):
         status = next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
-        return reply(status, {"error": exc.code, "message": str(exc)})
+        details = exc.details if isinstance(exc, errors.Conflict) else {}
+        return reply(status, {"error": exc.code, "message": str(exc), **details})
     return reply(500, {"error": "internal", "message": "internal error; see the logs"})
 
 

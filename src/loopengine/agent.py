@@ -19,6 +19,7 @@ from typing import Any
 
 from loopengine.errors import ConfigError
 from loopengine.gate import RuleSet
+from loopengine.policy import Expiry, on_new_message
 from loopengine.tools import ASK_USER_SPEC, Tool, ToolFn
 
 JsonDict = dict[str, Any]
@@ -36,6 +37,8 @@ class AgentConfig:
     max_tokens: int = 1024
     max_iterations: int = 10
     notifier: JsonDict | None = None
+    on_new_message: str = "supersede"
+    expiry: Expiry | None = None
     extra: JsonDict = field(default_factory=dict)
 
     def tool(self, name: str) -> Tool | None:
@@ -57,6 +60,12 @@ class AgentConfig:
             "tools": [t.spec() for t in self.tools],
             "rules": self.rules.source,
             "notifier": self.notifier,
+            "on_new_message": self.on_new_message,
+            **(
+                {"pending_ttl": self.expiry.ttl_seconds, "on_expiry": self.expiry.on_expiry}
+                if self.expiry
+                else {}
+            ),
             "extra": self.extra,
         }
 
@@ -90,6 +99,8 @@ def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
         max_tokens=int(snapshot["max_tokens"]),
         max_iterations=int(snapshot["max_iterations"]),
         notifier=snapshot.get("notifier"),
+        on_new_message=snapshot.get("on_new_message", "supersede"),
+        expiry=Expiry.parse(snapshot, "snapshot"),
         extra=dict(snapshot.get("extra") or {}),
     )
 
@@ -116,6 +127,7 @@ def parse_agent(raw: Any, rules: Any, tools: list[Tool], where: str) -> AgentCon
     if unknown:
         raise ConfigError(f"{where}: tools {unknown} are not defined in tools.py")
     known = {"name", "model", "system", "tools", "max_tokens", "max_iterations", "notifier"}
+    known |= {"on_new_message", "pending_ttl", "on_expiry"}
     return AgentConfig(
         name=raw["name"],
         model=raw["model"],
@@ -125,5 +137,7 @@ def parse_agent(raw: Any, rules: Any, tools: list[Tool], where: str) -> AgentCon
         max_tokens=int(raw.get("max_tokens", 1024)),
         max_iterations=int(raw.get("max_iterations", 10)),
         notifier=raw.get("notifier"),
+        on_new_message=on_new_message(raw, where),
+        expiry=Expiry.parse(raw, where),
         extra={k: v for k, v in raw.items() if k not in known},
     )

@@ -18,6 +18,7 @@ from loopengine.errors import InvalidInput
 from loopengine.gate import Decision, Verdict
 from loopengine.ids import new_id
 from loopengine.messages import ToolResultBlock, ToolUseBlock, block_from_dict
+from loopengine.policy import Expiry
 from loopengine.runtime import Runtime
 from loopengine.schema import validate_args
 from loopengine.tools import ASK_USER, ASK_USER_SPEC, args_hash, result_text
@@ -35,15 +36,22 @@ class BatchPlan:
     pending: list[PendingItem] = field(default_factory=list)
     invalid: dict[str, ToolResultBlock] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    sticky: list[str] = field(default_factory=list)
 
 
 def plan_batch(
-    config: AgentConfig, uses: list[ToolUseBlock], verdicts: dict[str, JsonDict], now: float
+    config: AgentConfig,
+    uses: list[ToolUseBlock],
+    verdicts: dict[str, JsonDict],
+    now: float,
+    sticky_tools: tuple[str, ...] = (),
 ) -> BatchPlan:
     """Sort every call of the batch into allowed / denied / pending using recorded verdicts.
 
     A call to a tool the agent does not have, or with arguments its schema rejects, is answered
-    with an error result right away: it never runs and no human is asked to approve it.
+    with an error result right away: it never runs and no human is asked to approve it. An ``ask``
+    for a tool a reviewer approved "for the rest of the turn" (``sticky_tools``) runs, unless its
+    rule names approvers (those want a person each time).
     """
     plan = BatchPlan()
     for use in uses:
@@ -52,7 +60,7 @@ def plan_batch(
             plan.invalid[use.id] = outcomes.failed(use.id, problem)
             continue
         if use.name == ASK_USER:
-            plan.pending.append(_item(use, "question", "the model asked the user", ()))
+            plan.pending.append(_item(use, "question", "the model asked the user", (), config.expiry, now))
             continue
         verdict = Verdict.from_dict(verdicts[use.id])
         plan.reasons[use.id] = verdict.reason
@@ -60,8 +68,12 @@ def plan_batch(
             plan.allowed.append(use)
         elif verdict.decision is Decision.DENY:
             plan.denied.append(use)
+        elif use.name in sticky_tools and not verdict.approvers:
+            plan.allowed.append(use)
+            plan.sticky.append(use.id)
         else:
-            plan.pending.append(_item(use, "approval", verdict.reason, verdict.approvers))
+            expiry = verdict.expiry or config.expiry
+            plan.pending.append(_item(use, "approval", verdict.reason, verdict.approvers, expiry, now))
     return plan
 
 
@@ -79,8 +91,17 @@ def _problem(config: AgentConfig, use: ToolUseBlock) -> str | None:
     return None
 
 
-def _item(use: ToolUseBlock, kind: Any, reason: str, approvers: tuple[str, ...]) -> PendingItem:
+def _item(
+    use: ToolUseBlock,
+    kind: Any,
+    reason: str,
+    approvers: tuple[str, ...],
+    expiry: Expiry | None,
+    now: float,
+) -> PendingItem:
     return PendingItem(
+        expires_at=now + expiry.ttl_seconds if expiry else None,
+        on_expiry=expiry.on_expiry if expiry else "unknown",
         pending_id=new_id("pnd_"),
         tool_use_id=use.id,
         tool=use.name,

@@ -111,4 +111,5 @@ def build_runtime(
         notifier_for=NotifierChooser(env, clock),
         invoker=invoker,
         public_url=env.get("LOOPENGINE_PUBLIC_URL", "http://127.0.0.1:8787"),
+        code_version=env.get("LOOPENGINE_RESUME_VERSION") or None,
     )

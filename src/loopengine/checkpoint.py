@@ -37,10 +37,14 @@ class PendingItem:
     kind: Kind
     args_hash: str
     approvers: tuple[str, ...] = ()
+    expires_at: float | None = None
+    on_expiry: str = "unknown"
 
     def to_dict(self) -> JsonDict:
         """Stored (camelCase) form."""
         return {
+            "expiresAt": self.expires_at,
+            "onExpiry": self.on_expiry,
             "pendingId": self.pending_id,
             "toolUseId": self.tool_use_id,
             "tool": self.tool,
@@ -63,6 +67,8 @@ class PendingItem:
             kind=d.get("kind", "approval"),
             args_hash=d.get("argsHash", ""),
             approvers=tuple(d.get("approvers") or ()),
+            expires_at=d.get("expiresAt"),
+            on_expiry=d.get("onExpiry", "unknown"),
         )
 
 
@@ -195,6 +201,26 @@ def deny(
         closed=True,
         denied=True,
         decisions=(*cp.decisions, *decisions),
+    )
+
+
+def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> TurnCheckpoint:
+    """Nobody answered ``item`` in time: record the policy's outcome (never "failed")."""
+    outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
+    why = f"nobody answered within {waited}"
+    if item.on_expiry == "deny":
+        result = outcomes.denied(item.tool_use_id, f"{why}; the agent's policy treats that as a denial")
+    else:
+        result = outcomes.unknown(item.tool_use_id, f"{why}; the call did not run")
+    decision = _decision(
+        item, "expired", {"decidedBy": "policy", "channel": "expiry"}, at, onExpiry=item.on_expiry
+    )
+    return replace(
+        cp,
+        outstanding=outstanding,
+        results_so_far=(*cp.results_so_far, result),
+        closed=not outstanding,
+        decisions=(*cp.decisions, decision),
     )
 
 

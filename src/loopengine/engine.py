@@ -10,10 +10,11 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from loopengine import resolution
+from loopengine import lifecycle, resolution, views
+from loopengine.agent import AgentConfig
 from loopengine.errors import Conflict, InvalidInput, NotFound, VersionConflict
 from loopengine.ids import new_id
-from loopengine.loop import TurnOutcome, advance, outcome_of
+from loopengine.loop import TurnOutcome, advance
 from loopengine.messages import Message
 from loopengine.resolution import Decider, Resolution
 from loopengine.runtime import Runtime
@@ -24,7 +25,7 @@ MAX_MESSAGE_CHARS = 100_000
 
 
 class Engine:
-    """Start, resolve, resume and inspect turns."""
+    """Start, resolve, resume, stop and inspect turns."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
@@ -37,35 +38,103 @@ class Engine:
         tenant: str = "",
         trigger: str = "message",
         budget_seconds: float | None = None,
+        sender: Decider | None = None,
     ) -> TurnOutcome:
-        """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget."""
+        """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget.
+
+        A session whose turn is parked follows the agent's ``on_new_message`` policy: ``supersede``
+        abandons the wait (its items become ``unknown``, the old turn ends ``superseded``),
+        ``reject`` answers 409 with the pending items, ``queue`` keeps the message until the parked
+        turn finishes and returns a ``queued`` turn.
+        """
         if not isinstance(message, str) or not message.strip():
             raise InvalidInput("message must be a non-empty string")
         if len(message) > MAX_MESSAGE_CHARS:
             raise InvalidInput(f"message is longer than {MAX_MESSAGE_CHARS} characters")
-        rt, clock = self.rt, self.rt.stores.clock
+        rt = self.rt
         config = rt.agents.get(agent)
         sid = session_id or new_id("ses_")
-        for earlier in rt.stores.turns.session_turns(sid):
+        active = self._active_turns(sid, config)
+        if active and config.on_new_message == "queue":
+            return self._queue(config, sid, tenant, trigger, message)
+        for earlier in active:
+            self._make_way(config, earlier, sender or Decider("user", "message"))
+        return self._start(config, sid, tenant, trigger, message, budget_seconds)
+
+    def _active_turns(self, sid: str, config: AgentConfig) -> list[TurnRecord]:
+        turns = self.rt.stores.turns.session_turns(sid)
+        for earlier in turns:
             if earlier.agent != config.name:
                 raise Conflict(f"session {sid} belongs to agent {earlier.agent!r}")
-            if earlier.status is not TurnStatus.FINISHED:
-                raise Conflict(f"session {sid} has a {earlier.status.value} turn {earlier.turn_id}")
-        history = rt.stores.sessions.load(sid)
+        return [t for t in turns if t.status is not TurnStatus.FINISHED]
+
+    def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
+        """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
+        items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
+        if earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede":
+            by = {**sender.record(), "decidedBy": sender.identity}
+            stopped = lifecycle.request_stop(self.rt, earlier.turn_id, StopReason.SUPERSEDED, by)
+            if stopped.status is TurnStatus.FINISHED:
+                return
+            raise Conflict(
+                f"turn {earlier.turn_id} is finishing a call a reviewer approved; retry in a moment",
+                details={"turnId": earlier.turn_id},
+            )
+        if earlier.status is TurnStatus.PAUSED:
+            raise Conflict(
+                f"session {earlier.session_id} has a parked turn {earlier.turn_id}; "
+                "answer its pending items first (this agent's on_new_message is reject)",
+                details={"turnId": earlier.turn_id, "pendingItems": items},
+            )
+        raise Conflict(
+            f"session {earlier.session_id} has a {earlier.status.value} turn {earlier.turn_id}; "
+            "retry when it finishes or cancel it",
+            details={"turnId": earlier.turn_id},
+        )
+
+    def _new_turn(
+        self, config: AgentConfig, sid: str, tenant: str, trigger: str, start_seq: int
+    ) -> TurnRecord:
+        rt = self.rt
         config_hash = config.config_hash()
         rt.stores.turns.put_config(config_hash, config.snapshot())
-        now = clock.now()
-        turn = TurnRecord(
+        now = rt.stores.clock.now()
+        return TurnRecord(
             turn_id=new_id("trn_"),
             session_id=sid,
             agent=config.name,
             tenant=tenant,
             config_hash=config_hash,
-            start_seq=len(history),
+            start_seq=start_seq,
             created_at=now,
             trigger=trigger,
             lease_until=now + rt.lease_seconds,
+            code_version=rt.code_version,
         )
+
+    def _queue(self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str) -> TurnOutcome:
+        turn = replace(
+            self._new_turn(config, sid, tenant, trigger, -1),
+            status=TurnStatus.QUEUED,
+            queued_message=message,
+        )
+        self.rt.stores.turns.create_turn(turn)
+        self.rt.event(turn.turn_id, "queued", trigger=trigger)
+        lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
+        return self.outcome(turn.turn_id)
+
+    def _start(
+        self,
+        config: AgentConfig,
+        sid: str,
+        tenant: str,
+        trigger: str,
+        message: str,
+        budget_seconds: float | None,
+    ) -> TurnOutcome:
+        rt = self.rt
+        history = rt.stores.sessions.load(sid)
+        turn = self._new_turn(config, sid, tenant, trigger, len(history))
         rt.stores.turns.create_turn(turn)
         try:
             rt.stores.sessions.append(sid, [Message.user_text(message)], len(history))
@@ -74,7 +143,7 @@ class Engine:
                 replace(turn, status=TurnStatus.FINISHED, stop_reason=StopReason.ERROR)
             )
             raise Conflict(f"session {sid} changed while this message arrived; retry") from None
-        rt.event(turn.turn_id, "started", trigger=trigger, configHash=config_hash)
+        rt.event(turn.turn_id, "started", trigger=trigger, configHash=turn.config_hash)
         payload = {"turnId": turn.turn_id, "sessionId": sid, "agent": config.name}
         rt.notify(config, turn.turn_id, "run_start", {**payload, "tenant": tenant, "trigger": trigger})
         return advance(rt, turn.turn_id, self._deadline(budget_seconds))
@@ -87,6 +156,7 @@ class Engine:
         edited_args: Any = None,
         comment: Any = None,
         args_hash: Any = None,
+        scope: Any = None,
     ) -> Resolution:
         """Approve or deny a pending approval."""
         if comment is not None and not isinstance(comment, str):
@@ -94,7 +164,7 @@ class Engine:
         if args_hash is not None and not isinstance(args_hash, str):
             raise InvalidInput("argsHash must be a string")
         return resolution.resolve_approval(
-            self.rt, pending_id, decision, decider, edited_args, comment, args_hash
+            self.rt, pending_id, decision, decider, edited_args, comment, args_hash, scope
         )
 
     def answer(self, pending_id: str, answer: Any, decider: Decider) -> Resolution:
@@ -103,7 +173,20 @@ class Engine:
 
     def resume(self, turn_id: str, budget_seconds: float | None = None) -> TurnOutcome | None:
         """The resume worker's entry: claim and advance; ``None`` for a duplicate or no-op."""
-        return resolution.resume_turn(self.rt, turn_id, self._deadline(budget_seconds))
+        return lifecycle.resume_turn(self.rt, turn_id, self._deadline(budget_seconds))
+
+    def cancel(self, turn_id: str, decider: Decider) -> TurnRecord:
+        """Stop a turn: parked or queued at once, running at its next step boundary.
+
+        What was already sent is not unsaid: calls that ran keep their effects.
+        """
+        self.turn(turn_id)
+        by = {**decider.record(), "decidedBy": decider.identity}
+        return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
+
+    def sweep(self) -> int:
+        """Expire pending items past their ``pending_ttl``; returns how many expired."""
+        return lifecycle.sweep(self.rt)
 
     def turn(self, turn_id: str) -> TurnRecord:
         """Read a turn (NotFound if unknown)."""
@@ -114,13 +197,7 @@ class Engine:
 
     def outcome(self, turn_id: str) -> TurnOutcome:
         """The turn's current outcome, with its open pending items."""
-        turn = self.turn(turn_id)
-        pending = []
-        if turn.status is TurnStatus.PAUSED and turn.checkpoint_id:
-            cp = self.rt.stores.checkpoints.get(turn.checkpoint_id)
-            if cp is not None and not cp.closed:
-                pending = list(cp.outstanding.values())
-        return outcome_of(turn, pending)
+        return lifecycle.outcome(self.rt, turn_id)
 
     def wait(self, turn_id: str, seconds: float, past_checkpoint: str | None = None) -> TurnOutcome:
         """Wait up to ``seconds`` (real time) for the turn to stop running; return its outcome.

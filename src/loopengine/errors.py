@@ -54,9 +54,13 @@ class Forbidden(LoopengineError):
 
 
 class Conflict(LoopengineError):
-    """The request contradicts the current state."""
+    """The request contradicts the current state; ``details`` go into the error body."""
 
     code = "conflict"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
 
 
 class VersionConflict(LoopengineError):

@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from loopengine.errors import ConfigError
+from loopengine.policy import Expiry
 
 JsonDict = dict[str, Any]
 
@@ -122,6 +123,7 @@ class Rule:
     when: Condition | None = None
     reason: str | None = None
     approvers: tuple[str, ...] = ()
+    expiry: Expiry | None = None
 
     def matches(self, tool: str, args: JsonDict) -> bool:
         """True when this rule applies to the call."""
@@ -138,15 +140,20 @@ class Verdict:
     reason: str
     rule: int | None = None
     approvers: tuple[str, ...] = ()
+    expiry: Expiry | None = None
 
     def to_dict(self) -> JsonDict:
         """Plain form for storage."""
-        return {
+        out: JsonDict = {
             "decision": self.decision.value,
             "reason": self.reason,
             "rule": self.rule,
             "approvers": list(self.approvers),
         }
+        if self.expiry is not None:
+            out["pendingTtl"] = self.expiry.ttl_seconds
+            out["onExpiry"] = self.expiry.on_expiry
+        return out
 
     @staticmethod
     def from_dict(data: JsonDict) -> Verdict:
@@ -156,6 +163,9 @@ class Verdict:
             reason=str(data["reason"]),
             rule=data.get("rule"),
             approvers=tuple(data.get("approvers") or ()),
+            expiry=Expiry(float(data["pendingTtl"]), data.get("onExpiry", "unknown"))
+            if data.get("pendingTtl")
+            else None,
         )
 
 
@@ -173,7 +183,7 @@ class RuleSet:
             for index, rule in enumerate(self.rules):
                 if rule.matches(tool, args):
                     why = rule.reason or _describe(rule)
-                    return Verdict(rule.decision, why, index, rule.approvers)
+                    return Verdict(rule.decision, why, index, rule.approvers, rule.expiry)
         return Verdict(
             self.default_decision,
             f"no rule matched {tool}; default_decision is {self.default_decision.value}",
@@ -227,6 +237,7 @@ def _parse_rule(i: int, raw: Any) -> Rule:
         when=cond,
         reason=raw.get("reason"),
         approvers=tuple(approvers),
+        expiry=Expiry.parse(raw, where),
     )
 
 

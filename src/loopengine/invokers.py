@@ -20,8 +20,8 @@ class InlineInvoker:
     def __init__(self, resume: Callable[[str], object] | None = None) -> None:
         self.resume = resume
 
-    def invoke(self, turn_id: str) -> None:
-        """Resume now, in this thread."""
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Resume now, in this thread (one code version here: ``version`` is not used)."""
         if self.resume is None:
             raise RuntimeError("InlineInvoker has no resume callback bound")
         self.resume(turn_id)
@@ -35,7 +35,7 @@ class ThreadInvoker:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def invoke(self, turn_id: str) -> None:
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
         """Start the resume in the background and return at once."""
         resume = self.resume
         if resume is None:
@@ -65,7 +65,9 @@ class RecordingInvoker:
 
     def __init__(self) -> None:
         self.invoked: list[str] = []
+        self.versions: list[str | None] = []
 
-    def invoke(self, turn_id: str) -> None:
-        """Remember the turn id."""
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Remember the turn id (and the pinned version, in ``versions``)."""
         self.invoked.append(turn_id)
+        self.versions.append(version)

@@ -16,16 +16,17 @@ redeploy costs nothing, and a call found started with no outcome is reported ``u
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopengine import outcomes
 from loopengine.agent import AgentConfig
 from loopengine.batch import pending_notification, plan_batch, run_call
-from loopengine.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.errors import AlreadyExists, ModelError, VersionConflict
+from loopengine.checkpoint import PendingItem, TurnCheckpoint, abandon
+from loopengine.errors import AlreadyExists, ModelError, NotFound
 from loopengine.gate import Decision
-from loopengine.messages import Message, ToolResultBlock
+from loopengine.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.ports import ModelRequest
 from loopengine.runtime import Runtime
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
@@ -56,7 +57,7 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
     ``deadline`` (clock seconds) is the time budget: past it, the turn stops at a round boundary
     and is handed to the resume worker, and the outcome says ``running``.
     """
-    turns, sessions, clock = rt.stores.turns, rt.stores.sessions, rt.stores.clock
+    sessions, clock = rt.stores.sessions, rt.stores.clock
     turn = _load(rt, turn_id)
     config = rt.config_of(turn)
     model = rt.model_for(config)
@@ -75,14 +76,18 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
             continue
         if _answers_a_denied_batch(rt, turn, history):
             return finish(rt, config, turn, StopReason.DENIED, None)
+        if turn.stop_requested is not None:
+            return finish(rt, config, turn, turn.stop_requested, None)
         rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
         if rounds >= config.max_iterations:
             return finish(rt, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
         if deadline is not None and clock.now() >= deadline:
             rt.event(turn_id, "handed_off", reason="time budget reached")
-            rt.invoker.invoke(turn_id)
+            rt.invoker.invoke(turn_id, turn.code_version)
             return outcome_of(turn)
-        request = ModelRequest(config.model, config.system, config.max_tokens, history, config.tool_specs())
+        request = ModelRequest(
+            config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
+        )
         try:
             response = model.create(request)
         except ModelError as exc:
@@ -96,7 +101,11 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
             stopReason=response.stop_reason,
             toolUses=[u.name for u in message.tool_uses],
         )
-        turns.replace_turn(replace(turn, lease_until=clock.now() + rt.lease_seconds))
+        rt.update_turn(turn_id, functools.partial(_renew, until=clock.now() + rt.lease_seconds))
+
+
+def _renew(turn: TurnRecord, until: float) -> TurnRecord:
+    return replace(turn, lease_until=until)
 
 
 def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]) -> TurnOutcome | None:
@@ -106,18 +115,35 @@ def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Mes
     # (a checkpoint_id of an earlier batch is left over from a crash between appending that
     # batch's results and clearing it: that batch is answered; this one is new)
     uses = history[-1].tool_uses
-    turn = _record_verdicts(rt, config, turn)
-    plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now())
-    if plan.denied:
+    turn = _record_verdicts(rt, config, turn, uses)
+    plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now(), turn.sticky_tools)
+    for use_id in plan.sticky:
+        rt.event(turn.turn_id, "auto_approved", toolUseId=use_id, reason="approved for the rest of this turn")
+    if turn.stop_requested is None and plan.denied:
         results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
         results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
         _append_results(rt, turn, history, results)
         return finish(rt, config, turn, StopReason.DENIED, None)
-    results = [*plan.invalid.values(), *(run_call(rt, config, turn.turn_id, u) for u in plan.allowed)]
+    results = list(plan.invalid.values())
+    for use in plan.allowed:
+        stop = _stop_requested(rt, turn.turn_id)
+        results.append(outcomes.cancelled(use.id, stop) if stop else run_call(rt, config, turn.turn_id, use))
+    stop = _stop_requested(rt, turn.turn_id)
+    if stop is not None:  # nothing new starts; what already ran keeps its result
+        results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
+        results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
+        _append_results(rt, turn, history, results)
+        return None  # the next pass sees stop_requested and finishes
     if not plan.pending:
         _append_results(rt, turn, history, results)
         return None
     return _park(rt, config, turn, len(history) - 1, results, plan.pending)
+
+
+def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
+    """Re-read the turn's stop flag (checked before every tool call)."""
+    current = rt.stores.turns.get_turn(turn_id)
+    return current.stop_requested if current is not None else None
 
 
 def _close_batch(
@@ -130,7 +156,7 @@ def _close_batch(
     _append_results(rt, turn, history, list(cp.results_so_far))
     if cp.denied:  # finish clears checkpoint_id in the same write
         return finish(rt, config, turn, StopReason.DENIED, None)
-    rt.stores.turns.replace_turn(replace(turn, checkpoint_id=None))
+    rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=None))
     return None
 
 
@@ -157,21 +183,19 @@ def checkpoint_id(turn: TurnRecord, seq: int) -> str:
     return f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}"
 
 
-def _record_verdicts(rt: Runtime, config: AgentConfig, turn: TurnRecord) -> TurnRecord:
+def _record_verdicts(
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock]
+) -> TurnRecord:
     """Evaluate the gate for calls without a recorded verdict and record them (first write wins)."""
-    uses = rt.stores.sessions.load(turn.session_id)[-1].tool_uses
-    missing = [u for u in uses if u.id not in turn.verdicts]
-    if not missing:
+    if all(u.id in turn.verdicts for u in uses):
         return turn
-    verdicts = dict(turn.verdicts)
-    for use in missing:
-        verdicts[use.id] = config.rules.evaluate(use.name, use.input).to_dict()
-    try:
-        return rt.stores.turns.replace_turn(replace(turn, verdicts=verdicts))
-    except VersionConflict as conflict:
-        current = conflict.current
-        assert isinstance(current, TurnRecord)
-        return current
+    fresh = {u.id: config.rules.evaluate(u.name, u.input).to_dict() for u in uses}
+
+    def record(t: TurnRecord) -> TurnRecord | None:
+        missing = {k: v for k, v in fresh.items() if k not in t.verdicts}
+        return replace(t, verdicts={**t.verdicts, **missing}) if missing else None
+
+    return rt.update_turn(turn.turn_id, record) or _load(rt, turn.turn_id)
 
 
 def _park(
@@ -204,16 +228,26 @@ def _park(
         assert stored is not None
         cp = stored
         if cp.complete:
-            rt.stores.turns.replace_turn(replace(turn, checkpoint_id=cp.id))
+            rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=cp.id))
             return None
     stop = (
         StopReason.PENDING_QUESTION
         if all(p.kind == "question" for p in pending)
         else StopReason.PENDING_APPROVAL
     )
-    turn = rt.stores.turns.replace_turn(
-        replace(turn, status=TurnStatus.PAUSED, stop_reason=stop, checkpoint_id=cp.id)
-    )
+
+    def pause(t: TurnRecord) -> TurnRecord | None:
+        if t.stop_requested is not None:
+            return None
+        return replace(t, status=TurnStatus.PAUSED, stop_reason=stop, checkpoint_id=cp.id)
+
+    paused = rt.update_turn(turn.turn_id, pause)
+    if paused is None:  # a cancel or a new message arrived first: nobody is asked
+        why = "the turn was stopped before anyone was asked"
+        rt.stores.checkpoints.replace(abandon(cp, why, {"decidedBy": "stop"}, rt.stores.clock.now()))
+        rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=cp.id))
+        return None
+    turn = paused
     items = list(cp.outstanding.values())
     rt.event(turn.turn_id, "paused", stopReason=stop.value, pendingIds=[p.pending_id for p in items])
     for item in items:
@@ -235,9 +269,12 @@ def finish(
     rt: Runtime, config: AgentConfig, turn: TurnRecord, stop: StopReason, text: str | None
 ) -> TurnOutcome:
     """Mark the turn finished, record it and fire ``run_finish``."""
-    turn = rt.stores.turns.replace_turn(
-        replace(turn, status=TurnStatus.FINISHED, stop_reason=stop, text=text, checkpoint_id=None)
+    done = rt.update_turn(
+        turn.turn_id,
+        lambda t: replace(t, status=TurnStatus.FINISHED, stop_reason=stop, text=text, checkpoint_id=None),
     )
+    assert done is not None
+    turn = done
     rt.event(turn.turn_id, "finished", stopReason=stop.value)
     payload = {
         "turnId": turn.turn_id,
@@ -249,16 +286,32 @@ def finish(
         "trigger": turn.trigger,
     }
     rt.notify(config, turn.turn_id, "run_finish", payload)
+    waiting = [t for t in rt.stores.turns.session_turns(turn.session_id) if t.status is TurnStatus.QUEUED]
+    if waiting:  # the session is free: the next queued message starts its turn
+        rt.invoker.invoke(waiting[0].turn_id, waiting[0].code_version)
     return outcome_of(turn)
 
 
 def _load(rt: Runtime, turn_id: str) -> TurnRecord:
     turn = rt.stores.turns.get_turn(turn_id)
     if turn is None:
-        from loopengine.errors import NotFound
-
         raise NotFound(f"no turn {turn_id!r}")
     return turn
+
+
+def merged(history: list[Message]) -> list[Message]:
+    """History for the model: consecutive user messages joined into one (results, then text).
+
+    A new message after a turn that ended on tool results (denied, superseded, cancelled) follows a
+    user message; the stored record keeps both, the request joins them as the Messages API does.
+    """
+    out: list[Message] = []
+    for msg in history:
+        if out and msg.role == "user" and out[-1].role == "user":
+            out[-1] = Message("user", (*out[-1].content, *msg.content))
+        else:
+            out.append(msg)
+    return out
 
 
 def _last_text(history: list[Message]) -> str | None:

@@ -61,6 +61,12 @@ CRASHED = (
 )
 
 
+def cancelled(tool_use_id: str, stop: str) -> ToolResultBlock:
+    """The turn was stopped (cancelled or superseded) before this call started: it did not run."""
+    why = "the user moved on with a new message" if stop == "superseded" else "the turn was cancelled"
+    return _block(tool_use_id, {"status": "not_run", "reason": f"{why} before this call started"}, True)
+
+
 def failed(tool_use_id: str, error: str) -> ToolResultBlock:
     """The tool ran and raised."""
     return _block(tool_use_id, {"status": "error", "error": error}, True)

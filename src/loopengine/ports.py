@@ -151,8 +151,12 @@ class Notifier(Protocol):
 class ResumeInvoker(Protocol):
     """Starts the resume of a turn elsewhere (Lambda async invoke) or in-process."""
 
-    def invoke(self, turn_id: str) -> None:
-        """Ask for ``turn_id`` to be advanced; must not block on the turn itself."""
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Ask for ``turn_id`` to be advanced; must not block on the turn itself.
+
+        ``version`` is the code version the turn recorded when it started (on Lambda: the resume
+        function's published version); an invoker that can pin code runs that version.
+        """
         ...
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loopengine.agent import AgentConfig, from_snapshot
-from loopengine.errors import NotFound
+from loopengine.errors import NotFound, VersionConflict
 from loopengine.ports import ModelClient, Notification, Notifier, ResumeInvoker, Stores
 from loopengine.tools import ToolFn
 from loopengine.turns import TurnRecord
@@ -40,6 +40,7 @@ class Runtime:
     lease_seconds: float = 900.0
     stale_call_seconds: float = 900.0
     observer: Callable[[str, JsonDict], None] | None = None
+    code_version: str | None = None
 
     def config_of(self, turn: TurnRecord) -> AgentConfig:
         """The config snapshot the turn started under, with today's tool code."""
@@ -47,6 +48,26 @@ class Runtime:
         if snapshot is None:
             raise NotFound(f"config snapshot {turn.config_hash} of turn {turn.turn_id} is missing")
         return from_snapshot(snapshot, self.agents.code(turn.agent))
+
+    def update_turn(self, turn_id: str, fn: Callable[[TurnRecord], TurnRecord | None]) -> TurnRecord | None:
+        """Apply ``fn`` to the latest turn record with compare-and-set, retrying on conflict.
+
+        ``fn`` must be pure (it may run more than once); returning ``None`` declines the change,
+        and then the result is ``None``. Writers that each change different fields (the loop's
+        lease, a cancel request) therefore never undo each other.
+        """
+        current = self.stores.turns.get_turn(turn_id)
+        for _ in range(50):
+            if current is None:
+                raise NotFound(f"no turn {turn_id!r}")
+            changed = fn(current)
+            if changed is None:
+                return None
+            try:
+                return self.stores.turns.replace_turn(changed)
+            except VersionConflict as conflict:
+                current = conflict.current
+        raise VersionConflict(f"turn {turn_id} is too contended", current)
 
     def event(self, turn_id: str, kind: str, **data: Any) -> None:
         """Append an audit event stamped with the clock (and tell the observer, if any)."""

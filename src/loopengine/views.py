@@ -27,8 +27,8 @@ def pending_item(item: PendingItem) -> JsonDict:
 
 def turn_outcome(out: TurnOutcome) -> tuple[int, JsonDict]:
     """Status code and body for a turn's outcome (messages route, resolve with ``?wait``)."""
-    if out.status is TurnStatus.RUNNING:
-        return 202, {"status": "running", "turnId": out.turn_id, "sessionId": out.session_id}
+    if out.status in (TurnStatus.RUNNING, TurnStatus.QUEUED):
+        return 202, {"status": out.status.value, "turnId": out.turn_id, "sessionId": out.session_id}
     base = {
         "sessionId": out.session_id,
         "turnId": out.turn_id,
@@ -43,7 +43,7 @@ def turn_outcome(out: TurnOutcome) -> tuple[int, JsonDict]:
 def resolution(res: Resolution) -> tuple[int, JsonDict]:
     """Status code and body for a resolve/answer call (without ``?wait``)."""
     if res.already_resolved:
-        return 200, {"alreadyResolved": True}
+        return 200, {"alreadyResolved": True, "expired": True} if res.expired else {"alreadyResolved": True}
     if res.outstanding:
         return 200, {"resolved": True, "outstanding": res.outstanding}
     if res.denied:
@@ -79,6 +79,28 @@ def turn_view(turn: TurnRecord, out: TurnOutcome, audit: list[JsonDict]) -> Json
     if turn.text is not None:
         body["text"] = turn.text
     return body
+
+
+STOP_NOTE = (
+    "Stop means do nothing further: calls that already ran keep their effects, and a request a "
+    "backend already received is not called back."
+)
+
+
+def cancelled(turn: TurnRecord) -> tuple[int, JsonDict]:
+    """Status code and body for ``POST /turns/{turnId}/cancel``."""
+    body: JsonDict = {
+        "turnId": turn.turn_id,
+        "status": turn.status.value,
+        "stopReason": turn.stop_reason.value if turn.stop_reason else None,
+        "note": STOP_NOTE,
+    }
+    if turn.status is TurnStatus.FINISHED:
+        body["cancelled"] = turn.stop_reason is not None and turn.stop_reason.value == "cancelled"
+        return 200, body
+    body["cancelled"] = False
+    body["status"] = "cancelling"
+    return 202, body
 
 
 def session_view(session_id: str, messages: list[Message]) -> JsonDict:
