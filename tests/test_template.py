@@ -130,9 +130,9 @@ def test_every_function_publishes_a_snapstart_version_behind_the_live_alias(
         assert props["SnapStart"] == {"ApplyOn": "PublishedVersions"}
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert f"{name}Aliaslive" in aliases
-    # Python snapshots are billed while their version exists: replaced versions are deleted.
+    # Parked turns resume on the version they recorded, so published versions are retained.
     versions = _resources(transformed, "AWS::Lambda::Version").values()
-    assert {v["DeletionPolicy"] for v in versions} == {"Delete"}
+    assert {v["DeletionPolicy"] for v in versions} == {"Retain"}
 
 
 def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]) -> None:
