@@ -74,6 +74,7 @@ def turn_view(turn: TurnRecord, out: TurnOutcome, audit: list[JsonDict]) -> Json
         "status": turn.status.value,
         "stopReason": turn.stop_reason.value if turn.stop_reason else None,
         "pendingItems": [pending_item(p) for p in out.pending],
+        "codeVersion": turn.code_version,
         "audit": audit,
     }
     if turn.text is not None:
