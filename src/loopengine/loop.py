@@ -23,6 +23,7 @@ from typing import Any
 from loopengine import outcomes
 from loopengine.agent import AgentConfig
 from loopengine.batch import pending_notification, plan_batch, run_call
+from loopengine.cas import modify
 from loopengine.checkpoint import PendingItem, TurnCheckpoint, abandon
 from loopengine.errors import AlreadyExists, ModelError, NotFound
 from loopengine.gate import Decision
@@ -244,7 +245,8 @@ def _park(
     paused = rt.update_turn(turn.turn_id, pause)
     if paused is None:  # a cancel or a new message arrived first: nobody is asked
         why = "the turn was stopped before anyone was asked"
-        rt.stores.checkpoints.replace(abandon(cp, why, {"decidedBy": "stop"}, rt.stores.clock.now()))
+        now = rt.stores.clock.now()
+        modify(rt, cp.id, lambda c: None if c.closed else abandon(c, why, {"decidedBy": "stop"}, now))
         rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=cp.id))
         return None
     turn = paused
