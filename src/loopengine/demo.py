@@ -77,6 +77,7 @@ def run_demo(db_path: str, fresh: bool = True, out: TextIO = sys.stdout) -> int:
         checks = [
             _walkthrough(engine, rx, t),
             _cascade(engine, rx, t),
+            _moved_on(engine, rx, t),
         ]
     stores.close()
     ok = all(checks)
@@ -190,6 +191,39 @@ def _cascade(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
             ("turn stopped as denied", turn.stop_reason is not None and turn.stop_reason.value == "denied"),
             ("late click was a no-op", late.already_resolved),
             ("nothing in the denied batch ran", _count(engine, out.turn_id, "send_email") == 0),
+        ],
+    )
+
+
+def _moved_on(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
+    t.title("4. the user moves on: a new message supersedes the wait")
+    first = "Order A-1001 arrived broken, please refund it."
+    t.say(f'POST /agents/{AGENT}/messages  {{"message": "{first}"}}')
+    out = engine.send_message(AGENT, first)
+    _show_pause(out, t)
+    _webhook(rx, "approval", t)
+    parked = out.pending[0]
+    second = "Actually, order A-1002: where is it?"
+    t.say(f'same session, a new message: {{"message": "{second}", "sessionId": "{out.session_id}"}}')
+    new = engine.send_message(AGENT, second, session_id=out.session_id)
+    old = engine.turn(out.turn_id)
+    t.detail(f"the parked turn ended: stopReason={old.stop_reason.value if old.stop_reason else None}")
+    history = engine.rt.stores.sessions.load(out.session_id)
+    abandoned = next(
+        json.loads(r.content) for m in history for r in m.tool_results if r.tool_use_id == parked.tool_use_id
+    )
+    t.detail(f"its refund was recorded as {abandoned['status']}: {abandoned['reason']}")
+    t.body(*views.turn_outcome(new))
+    t.say(f"Monday's late click on the abandoned refund: POST /pending-approvals/{parked.pending_id}/resolve")
+    late = engine.resolve(parked.pending_id, "approve", REVIEWER)
+    t.body(*views.resolution(late))
+    return _check(
+        t,
+        [
+            ("old turn superseded", old.stop_reason is not None and old.stop_reason.value == "superseded"),
+            ("abandoned item is unknown, not denied", abandoned["status"] == "unknown"),
+            ("late click was a no-op", late.already_resolved),
+            ("nothing was refunded", _count(engine, out.turn_id, "issue_refund") == 0),
         ],
     )
 

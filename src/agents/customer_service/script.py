@@ -27,7 +27,7 @@ def respond(request: ModelRequest) -> ModelResponse:
     history = request.messages
     start = max(i for i, m in enumerate(history) if m.role == "user" and m.text)
     ask = history[start].text
-    calls = _calls(history[start:])
+    calls = _calls(history[start + 1 :])  # results in the user's own message answer an earlier turn
     n = len(history)
 
     bad = [c for c in calls if c["status"] in ("denied", "skipped", "unknown", "error")]
