@@ -155,3 +155,23 @@ def test_parked_turn_survives_a_restart(server: DevServer) -> None:
     )
     assert status == 202 and body["status"] == "paused"
     assert body["turnId"] == paused["turnId"] and body["pendingItems"][0]["tool"] == "send_email"
+
+
+def test_concurrent_requests_never_see_each_others_event(server: DevServer) -> None:
+    # Powertools keeps the current event in shared state: the server must hand the handler one
+    # event at a time, or a request can be answered with another request's path or body.
+    turns = [_pause(server.port)["turnId"] for _ in range(2)]
+    crossed: list[str] = []
+
+    def read(turn_id: str) -> None:
+        for _ in range(150):
+            status, body = request(server.port, "GET", f"/turns/{turn_id}")
+            if status != 200 or body.get("turnId") != turn_id:
+                crossed.append(f"{turn_id}: {status} {body.get('turnId') or body}")
+
+    threads = [threading.Thread(target=read, args=(t,)) for t in turns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert crossed == []

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -85,7 +86,14 @@ def to_event(
 def make_server(
     port: int, handler: Handler, host: str = "127.0.0.1", quiet: bool = False
 ) -> ThreadingHTTPServer:
-    """A threading HTTP server that forwards every request to ``handler``."""
+    """A threading HTTP server that forwards every request to ``handler``.
+
+    Connections are accepted concurrently, but the handler sees one event at a time, like one
+    Lambda execution environment: Powertools' resolver keeps the current event in shared state,
+    so two requests inside it at once could read each other's body or path. (A ``?wait=S``
+    resolve therefore holds the server for up to S seconds; background resumes do not wait.)
+    """
+    one_at_a_time = threading.Lock()
 
     class Forward(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -95,7 +103,8 @@ def make_server(
             body = self.rfile.read(length) if length else b""
             event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
             try:
-                result = handler(event, LocalContext())
+                with one_at_a_time:
+                    result = handler(event, LocalContext())
             except Exception as exc:  # the handler maps errors itself; this is a last resort
                 sys.stderr.write(f"  handler failed: {type(exc).__name__}: {exc}\n")
                 msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})

@@ -1,0 +1,149 @@
+"""DynamoDB requests per step of the customer-service flow, counted under moto.
+
+What a step costs on a deployment's bill and latency is mostly the number of DynamoDB requests it
+makes, and that number is deterministic: this counts them by operation (``count_requests`` hooks
+the client, one count per API call however many times botocore retried it).
+
+The Engine is the one a deployment builds (``build_runtime`` with the scripted model and the
+bundled ``customer-service`` agent) on ``open_dynamodb_stores`` with a counting client. Resumes run
+inline, so "resolve (last item)" covers the resolve request plus the resume it hands on; the two
+parts are also reported separately (``resolve part`` / ``resume part``), as the api and resume
+Lambdas would each pay them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import boto3
+from moto import mock_aws
+
+from loopengine.bootstrap import build_runtime
+from loopengine.clock import SystemClock
+from loopengine.engine import Engine
+from loopengine.loop import TurnOutcome
+from loopengine.resolution import Decider, Resolution
+from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores
+
+TABLE = "loopengine-bench"
+AGENT = "customer-service"
+BROKEN = "Order A-1001 arrived broken, please refund it."
+RIGHT_AWAY = "Order A-1001 arrived broken, please refund it right away."
+FAKE_AWS = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+WHO = Decider("bench@example.com")
+
+
+class SplitInvoker:
+    """Resume inline, noting the request count when the resume begins (resolve part | resume part)."""
+
+    def __init__(self, counts: Counter[str]) -> None:
+        self.counts = counts
+        self.engine: Engine | None = None
+        self.at_resume: Counter[str] | None = None
+
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Remember where the resolve's requests end, then run the resume here (one code version)."""
+        assert self.engine is not None
+        self.at_resume = Counter(self.counts)
+        self.engine.resume(turn_id)
+
+
+@contextmanager
+def _moto_engine() -> Iterator[tuple[Engine, Counter[str], SplitInvoker]]:
+    """The deployment's Engine on a fresh moto table, with the client's requests counted."""
+    unset = {k: "" for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE")}
+    with mock.patch.dict(os.environ, {**unset, **FAKE_AWS}), mock_aws():
+        for name in unset:
+            os.environ.pop(name, None)
+        client = boto3.client("dynamodb", region_name=FAKE_AWS["AWS_DEFAULT_REGION"])
+        create_table(client, TABLE)
+        counts = count_requests(client)
+        stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
+        invoker = SplitInvoker(counts)
+        engine = Engine(build_runtime({"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores))
+        invoker.engine = engine
+        yield engine, counts, invoker
+
+
+def _report(counts: Counter[str], split: Counter[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"total": counts.total(), "by_operation": dict(sorted(counts.items()))}
+    if split is not None:
+        out["resolve part"] = split.total()
+        out["resume part"] = counts.total() - split.total()
+    return out
+
+
+def requests_per_step() -> dict[str, Any]:
+    """DynamoDB requests of each step, by operation and in total."""
+    steps: dict[str, Any] = {}
+    with _moto_engine() as (engine, counts, invoker):
+
+        def measure(name: str, step: Any, *, split: bool = False) -> Any:
+            counts.clear()
+            invoker.at_resume = None
+            result = step()
+            steps[name] = _report(counts, invoker.at_resume if split else None)
+            return result
+
+        # one pending item at a time: pause, approve -> resume -> chained pause, approve -> finish
+        out: TurnOutcome = measure(
+            "message -> pause (lookup_order ran, issue_refund pending)",
+            lambda: engine.send_message(AGENT, BROKEN),
+        )
+        refund = out.pending[0].pending_id
+        measure(
+            "resolve approve (last item) -> resume -> pause again (send_email)",
+            lambda: engine.resolve(refund, "approve", WHO),
+            split=True,
+        )
+        email = engine.outcome(out.turn_id).pending[0].pending_id
+        measure(
+            "resolve approve (last item) -> resume -> finish (end_turn)",
+            lambda: engine.resolve(email, "approve", WHO),
+            split=True,
+        )
+        late: Resolution = measure(
+            "late click (alreadyResolved)", lambda: engine.resolve(refund, "approve", WHO)
+        )
+        assert late.already_resolved
+
+        # two pending items in one batch: a non-last sibling, then the last one
+        both: TurnOutcome = measure(
+            "message -> pause (issue_refund + send_email pending in one batch)",
+            lambda: engine.send_message(AGENT, RIGHT_AWAY),
+        )
+        first, second = (p.pending_id for p in both.pending)
+        sibling: Resolution = measure(
+            "resolve approve (non-last sibling)", lambda: engine.resolve(first, "approve", WHO)
+        )
+        assert sibling.outstanding == 1
+        measure(
+            "resolve approve (last sibling) -> resume -> finish (end_turn)",
+            lambda: engine.resolve(second, "approve", WHO),
+            split=True,
+        )
+
+        # a denial cascade-skips its sibling and finishes without a model call
+        denied = engine.send_message(AGENT, RIGHT_AWAY)
+        measure(
+            "resolve deny (cascade-skip sibling) -> finish (denied)",
+            lambda: engine.resolve(denied.pending[0].pending_id, "deny", WHO),
+        )
+        assert engine.turn(denied.turn_id).stop_reason == "denied"
+    return steps
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(requests_per_step(), indent=2))
