@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loopengine.agent import AgentConfig, from_snapshot
@@ -41,13 +41,20 @@ class Runtime:
     stale_call_seconds: float = 900.0
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
+    _configs: dict[tuple[str, str], AgentConfig] = field(default_factory=dict, repr=False)
 
     def config_of(self, turn: TurnRecord) -> AgentConfig:
-        """The config snapshot the turn started under, with today's tool code."""
-        snapshot = self.stores.turns.get_config(turn.config_hash)
-        if snapshot is None:
-            raise NotFound(f"config snapshot {turn.config_hash} of turn {turn.turn_id} is missing")
-        return from_snapshot(snapshot, self.agents.code(turn.agent))
+        """The config snapshot the turn started under, with today's tool code.
+
+        Snapshots are immutable (stored under their content hash), so each is read once per process.
+        """
+        key = (turn.agent, turn.config_hash)
+        if key not in self._configs:
+            snapshot = self.stores.turns.get_config(turn.config_hash)
+            if snapshot is None:
+                raise NotFound(f"config snapshot {turn.config_hash} of turn {turn.turn_id} is missing")
+            self._configs[key] = from_snapshot(snapshot, self.agents.code(turn.agent))
+        return self._configs[key]
 
     def update_turn(self, turn_id: str, fn: Callable[[TurnRecord], TurnRecord | None]) -> TurnRecord | None:
         """Apply ``fn`` to the latest turn record with compare-and-set, retrying on conflict.
