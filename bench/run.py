@@ -5,7 +5,6 @@ Run with ``make bench``. Prints medians over repeated runs; nothing here asserts
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -97,7 +96,12 @@ def main() -> None:
     except ImportError:
         return
     print("\n-- DynamoDB requests per step (moto) --")
-    print(json.dumps(requests_per_step(), indent=2))
+    for step, row in requests_per_step().items():
+        split = (
+            f" (resolve {row['resolve part']} + resume {row['resume part']})" if "resume part" in row else ""
+        )
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(row["by_operation"].items()))
+        print(f"  {row['total']:3d} requests{split:<28} {step}\n      {ops}")
 
 
 if __name__ == "__main__":
