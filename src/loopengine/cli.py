@@ -21,6 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
     dev = sub.add_parser("dev", help="serve the HTTP API locally on 127.0.0.1 (same handlers as AWS)")
     dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    dev.add_argument(
+        "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
+    )
     sub.add_parser("agents", help="list the agents this checkout ships")
     return parser
 
@@ -37,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dev":
             from loopengine.dev import serve
 
-            return serve(args.port)
+            if args.workers < 1:
+                print("loopengine dev: --workers must be at least 1", file=sys.stderr)
+                return 2
+            return serve(args.port, args.workers)
         if args.command == "agents":
             from loopengine.registry import AgentRegistry
 

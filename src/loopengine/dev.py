@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+import multiprocessing
 import os
+import signal
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -86,14 +87,7 @@ def to_event(
 def make_server(
     port: int, handler: Handler, host: str = "127.0.0.1", quiet: bool = False
 ) -> ThreadingHTTPServer:
-    """A threading HTTP server that forwards every request to ``handler``.
-
-    Connections are accepted concurrently, but the handler sees one event at a time, like one
-    Lambda execution environment: Powertools' resolver keeps the current event in shared state,
-    so two requests inside it at once could read each other's body or path. (A ``?wait=S``
-    resolve therefore holds the server for up to S seconds; background resumes do not wait.)
-    """
-    one_at_a_time = threading.Lock()
+    """A threading HTTP server that forwards every request to ``handler`` (see :class:`Environments`)."""
 
     class Forward(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -103,8 +97,7 @@ def make_server(
             body = self.rfile.read(length) if length else b""
             event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
             try:
-                with one_at_a_time:
-                    result = handler(event, LocalContext())
+                result = handler(event, LocalContext())
             except Exception as exc:  # the handler maps errors itself; this is a last resort
                 sys.stderr.write(f"  handler failed: {type(exc).__name__}: {exc}\n")
                 msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
@@ -130,6 +123,44 @@ def make_server(
     return ThreadingHTTPServer((host, port), Forward)
 
 
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent server handles Ctrl-C
+    from handlers import api, root
+
+    assert api.handler is not None
+    root.engine()  # pay the cold start before the first request, like a provisioned environment
+
+
+def _invoke(event: dict[str, Any]) -> dict[str, Any]:
+    from handlers import api
+
+    result: dict[str, Any] = api.handler(event, LocalContext())
+    return result
+
+
+class Environments:
+    """Worker processes standing in for Lambda execution environments: one event each at a time.
+
+    Like Lambda, concurrency comes from more environments, not from threads in one: Powertools'
+    resolver keeps the current event in shared state, so one process must never run two requests
+    at once. Resumes run on background threads inside the environment that triggered them.
+    """
+
+    def __init__(self, count: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pool = context.Pool(count, initializer=_ignore_interrupts)
+
+    def __call__(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
+        """Run one event in a free environment (waits for one when all are busy)."""
+        result: dict[str, Any] = self.pool.apply(_invoke, (event,))
+        return result
+
+    def close(self) -> None:
+        """Stop every environment (background resumes in flight stop with them)."""
+        self.pool.terminate()
+        self.pool.join()
+
+
 def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     """Local defaults (anonymous access without admin auth, quiet observability); returns notes."""
     notes = []
@@ -142,22 +173,22 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return notes
 
 
-def serve(port: int) -> int:
+def serve(port: int, workers: int = 4) -> int:
     """Run until interrupted."""
     notes = prepare_env(os.environ)
-    from handlers import api
-
     store = (
         f"DynamoDB table {os.environ['LOOPENGINE_TABLE']}"
         if os.environ.get("LOOPENGINE_TABLE")
         else (f"SQLite {os.environ.get('LOOPENGINE_DB') or '.loopengine/loopengine.db'}")
     )
+    environments = Environments(workers)
     try:
-        server = make_server(port, api.handler)
+        server = make_server(port, environments)
     except OSError as exc:
+        environments.close()
         print(f"loopengine dev: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
         return 2
-    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store})")
+    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store}, {workers} environments)")
     for note in notes:
         print(f"  note: {note}")
     print(json.dumps({"try": f"curl -s localhost:{port}/health"}))
@@ -167,4 +198,5 @@ def serve(port: int) -> int:
         pass
     finally:
         server.server_close()
+        environments.close()
     return 0

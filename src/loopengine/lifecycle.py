@@ -60,18 +60,17 @@ def resume_turn(rt: Runtime, turn_id: str, deadline: float | None = None) -> Tur
         )
     except VersionConflict:
         return None  # someone else claimed it
-    rt.event(turn_id, "resumed")
-    _run_start(rt, turn, "resume")
+    if turn.stop_requested is None:  # a stopping turn only closes its batch; it does not run again
+        rt.event(turn_id, "resumed")
+        _run_start(rt, turn, "resume")
     return advance(rt, turn_id, deadline)
 
 
 def _start_queued(rt: Runtime, turn: TurnRecord, deadline: float | None) -> TurnOutcome | None:
     """Start a queued message's turn once every earlier turn of its session has finished."""
-    earlier = [
-        t
-        for t in rt.stores.turns.session_turns(turn.session_id)
-        if t.created_at <= turn.created_at and t.turn_id != turn.turn_id
-    ]
+    ordered = rt.stores.turns.session_turns(turn.session_id)  # oldest first, ties broken by the store
+    ids = [t.turn_id for t in ordered]
+    earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
     if any(t.status is not TurnStatus.FINISHED for t in earlier) or turn.queued_message is None:
         return None
     history = rt.stores.sessions.load(turn.session_id)

@@ -30,9 +30,11 @@ def parse_duration(value: Any, where: str) -> float:
 
 
 def describe(seconds: float) -> str:
-    """``259200`` -> ``"72h"`` (the largest unit that divides it)."""
-    for unit in ("d", "h", "m"):
-        if seconds % _UNIT[unit] == 0 and (unit != "d" or (seconds % 86400 == 0 and seconds >= 86400 * 2)):
+    """``259200`` -> ``"72h"``: hours up to a week, then whole days; minutes and seconds below."""
+    if seconds >= 7 * 86400 and seconds % 86400 == 0:
+        return f"{int(seconds // 86400)}d"
+    for unit in ("h", "m"):
+        if seconds >= _UNIT[unit] and seconds % _UNIT[unit] == 0:
             return f"{int(seconds // _UNIT[unit])}{unit}"
     return f"{seconds:g}s"
 
