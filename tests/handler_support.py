@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loopengine.dev import LocalContext
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 PLACEHOLDER_PENDING = "pnd_00000000000000000000000000000000"
@@ -15,16 +16,9 @@ PLACEHOLDER_TURN = "trn_00000000000000000000000000000000"
 
 
 @dataclass
-class FakeContext:
-    """The Lambda context attributes Powertools reads."""
+class FakeContext(LocalContext):
+    """The dev server's Lambda context with a fixed remaining time (set ``remaining_ms`` to change it)."""
 
-    function_name: str = "loopengine-api"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:loopengine-api"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = "/aws/lambda/loopengine-api"
-    log_stream_name: str = "test"
     remaining_ms: int = 29_000
 
     def get_remaining_time_in_millis(self) -> int:

@@ -8,13 +8,7 @@ so nothing can reach real AWS). A parked turn lives in the table, so it survives
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +20,7 @@ import pytest
 
 from loopengine.messages import Message, check_protocol
 from loopengine.stores.dynamodb import create_table
-from tests.test_dev_server import request
+from tests.dev_support import DevProcess, free_port, request
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -34,13 +28,6 @@ FAKE_CREDENTIALS = {
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -96,62 +83,24 @@ def moto_server() -> Iterator[MotoServer]:
             server.stop()
 
 
-class DynamoDevServer:
-    """``loopengine dev --port N`` as a subprocess on the moto table (stdout kept in a file)."""
-
-    def __init__(self, moto: MotoServer, tmp: Path) -> None:
-        self.port = free_port()
-        self.tmp = tmp
-        self.log = tmp / "dev.out"
-        self.proc: subprocess.Popen[bytes] | None = None
-        aws_free = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        self.env = {
-            **aws_free,
-            **FAKE_CREDENTIALS,
-            "AWS_ENDPOINT_URL_DYNAMODB": moto.endpoint,
-            "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
-            "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials"),
-            "LOOPENGINE_TABLE": moto.table,
-            "LOOPENGINE_DB": str(tmp / "must-not-be-created.db"),
-            "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-            "LOOPENGINE_MODEL": "scripted",
-        }
-        for name in ("LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_RESUME_FUNCTION", "ANTHROPIC_API_KEY"):
-            self.env.pop(name, None)
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)],
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"loopengine dev exited: {self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"loopengine dev did not come up: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-
-
 @pytest.fixture
-def dev(moto_server: MotoServer, tmp_path: Path) -> Iterator[DynamoDevServer]:
-    srv = DynamoDevServer(moto_server, tmp_path)
+def dev(moto_server: MotoServer, tmp_path: Path) -> Iterator[DevProcess]:
+    """GIVEN ``loopengine dev`` on the moto table (output kept in ``dev.out``)."""
+    aws_free = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {
+        **aws_free,
+        **FAKE_CREDENTIALS,
+        "AWS_ENDPOINT_URL_DYNAMODB": moto_server.endpoint,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "LOOPENGINE_TABLE": moto_server.table,
+        "LOOPENGINE_DB": str(tmp_path / "must-not-be-created.db"),
+        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
+        "LOOPENGINE_MODEL": "scripted",
+    }
+    for name in ("LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_RESUME_FUNCTION", "ANTHROPIC_API_KEY"):
+        env.pop(name, None)
+    srv = DevProcess(env, free_port(), tmp_path / "dev.out")
     srv.start()
     try:
         yield srv
@@ -159,7 +108,9 @@ def dev(moto_server: MotoServer, tmp_path: Path) -> Iterator[DynamoDevServer]:
         srv.stop()
 
 
-def test_dev_server_on_dynamodb_survives_a_restart(dev: DynamoDevServer, moto_server: MotoServer) -> None:
+def test_dev_server_on_dynamodb_survives_a_restart(
+    dev: DevProcess, moto_server: MotoServer, tmp_path: Path
+) -> None:
     # GIVEN loopengine dev on the moto table; a message pauses on the refund
     status, paused = request(
         dev.port, "POST", "/agents/customer-service/messages", {"message": "Order A-1001 arrived broken."}
@@ -207,5 +158,5 @@ def test_dev_server_on_dynamodb_survives_a_restart(dev: DynamoDevServer, moto_se
     assert (status, listed) == (200, {"items": []})
 
     # AND everything went to DynamoDB: the SQLite file was never created
-    assert f"DynamoDB table {moto_server.table}" in dev.log.read_text()
-    assert not (dev.tmp / "must-not-be-created.db").exists()
+    assert f"DynamoDB table {moto_server.table}" in dev.log_text()
+    assert not (tmp_path / "must-not-be-created.db").exists()

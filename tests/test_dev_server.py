@@ -2,91 +2,28 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-AUTH = "Basic " + base64.b64encode(b"admin:secret").decode()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    req.add_header("Authorization", AUTH)
-    req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        with err:
-            return err.code, json.loads(err.read())
-
-
-class DevServer:
-    """``loopengine dev`` as a subprocess (the way a user runs it)."""
-
-    def __init__(self, db: Path, port: int) -> None:
-        self.db, self.port = db, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "LOOPENGINE_DB": str(self.db),
-            "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-            "LOOPENGINE_MODEL": "scripted",
-        }
-        env.pop("LOOPENGINE_TABLE", None)
-        env.pop("LOOPENGINE_DEFAULT_WEBHOOK_URL", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("loopengine dev did not come up")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+from tests.dev_support import DevProcess, free_port, request
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[DevServer]:
-    srv = DevServer(tmp_path / "dev.db", _free_port())
+def server(tmp_path: Path) -> Iterator[DevProcess]:
+    env = {
+        **os.environ,
+        "LOOPENGINE_DB": str(tmp_path / "dev.db"),
+        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
+        "LOOPENGINE_MODEL": "scripted",
+    }
+    env.pop("LOOPENGINE_TABLE", None)
+    env.pop("LOOPENGINE_DEFAULT_WEBHOOK_URL", None)
+    srv = DevProcess(env, free_port())
     srv.start()
     yield srv
     srv.stop()
@@ -100,7 +37,7 @@ def _pause(port: int) -> dict[str, Any]:
     return body
 
 
-def test_full_contract_over_http(server: DevServer) -> None:
+def test_full_contract_over_http(server: DevProcess) -> None:
     paused = _pause(server.port)
     first = paused["pendingItems"][0]["pendingId"]
     status, body = request(
@@ -122,7 +59,7 @@ def test_full_contract_over_http(server: DevServer) -> None:
     assert status == 404
 
 
-def test_five_concurrent_clicks_one_decides(server: DevServer) -> None:
+def test_five_concurrent_clicks_one_decides(server: DevProcess) -> None:
     paused = _pause(server.port)
     pending = paused["pendingItems"][0]["pendingId"]
     barrier = threading.Barrier(5)
@@ -145,7 +82,7 @@ def test_five_concurrent_clicks_one_decides(server: DevServer) -> None:
     assert len(decided) == 1 and len(already) == 4, answers
 
 
-def test_parked_turn_survives_a_restart(server: DevServer) -> None:
+def test_parked_turn_survives_a_restart(server: DevProcess) -> None:
     paused = _pause(server.port)
     pending = paused["pendingItems"][0]["pendingId"]
     server.stop()
@@ -157,7 +94,7 @@ def test_parked_turn_survives_a_restart(server: DevServer) -> None:
     assert body["turnId"] == paused["turnId"] and body["pendingItems"][0]["tool"] == "send_email"
 
 
-def test_concurrent_requests_never_see_each_others_event(server: DevServer) -> None:
+def test_concurrent_requests_never_see_each_others_event(server: DevProcess) -> None:
     # Powertools keeps the current event in shared state: the server must hand the handler one
     # event at a time, or a request can be answered with another request's path or body.
     turns = [_pause(server.port)["turnId"] for _ in range(2)]

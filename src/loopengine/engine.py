@@ -199,6 +199,26 @@ class Engine:
         """The turn's current outcome, with its open pending items."""
         return lifecycle.outcome(self.rt, turn_id)
 
+    def audit(self, turn_id: str) -> list[JsonDict]:
+        """The turn's audit trail, oldest first (NotFound if the turn is unknown)."""
+        self.turn(turn_id)
+        return self.rt.stores.turns.events(turn_id)
+
+    def open_items(self, agent: str | None = None, tenant: str | None = None) -> list[JsonDict]:
+        """Every open pending item (the poll surface), oldest checkpoint first."""
+        return [
+            views.listed_item(cp, item)
+            for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=tenant)
+            for item in cp.outstanding.values()
+        ]
+
+    def history(self, session_id: str) -> list[Message]:
+        """A session's durable history (NotFound for an unknown session)."""
+        messages = self.rt.stores.sessions.load(session_id)
+        if not messages:
+            raise NotFound(f"no session {session_id!r}")
+        return messages
+
     def wait(self, turn_id: str, seconds: float, past_checkpoint: str | None = None) -> TurnOutcome:
         """Wait up to ``seconds`` (real time) for the turn to stop running; return its outcome.
 

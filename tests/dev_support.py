@@ -1,0 +1,78 @@
+"""``loopengine dev`` as a subprocess (the way a user runs it) and a JSON client for it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+AUTH = "Basic " + base64.b64encode(b"admin:secret").decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def request(
+    port: int, method: str, path: str, body: Any = None, auth: str = AUTH
+) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    req.add_header("Authorization", auth)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+class DevProcess:
+    """``loopengine dev --port N`` with ``env``; output appended to ``log`` (discarded if None)."""
+
+    def __init__(self, env: dict[str, str], port: int, log: Path | None = None) -> None:
+        self.env, self.port, self.log = env, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log is not None else ""
+
+    def start(self) -> None:
+        """Start the server and wait (up to 20 s) until /health answers."""
+        command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)]
+        with open(self.log or os.devnull, "ab") as out:
+            self.proc = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"loopengine dev exited: {self.log_text()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"loopengine dev did not come up: {self.log_text()}")
+
+    def stop(self) -> None:
+        """Ctrl-C the server; kill it if it has not stopped within 10 s."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
