@@ -28,6 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
+	scripts/ensure_chromium.sh
 	$(BIN)/pytest
 
 test: lint typecheck pytest

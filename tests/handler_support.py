@@ -58,6 +58,9 @@ def with_auth(event: dict[str, Any], user: str | None, password: str = "secret")
 
 
 def call(handler: Any, event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Invoke an api handler; return (status, parsed JSON body)."""
+    """Invoke an api handler; return (status, parsed JSON body, or ``{"html": text}`` for a page)."""
     result = handler(event, FakeContext())
+    headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
+    if headers.get("content-type", "").startswith("text/html"):
+        return int(result["statusCode"]), {"html": result["body"]}
     return int(result["statusCode"]), json.loads(result["body"] or "{}")

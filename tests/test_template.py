@@ -49,7 +49,14 @@ PUBLIC_ROUTES = {
     "POST /magic/{token}",
     "POST /integrations/slack/interactions",
 }
-SECRET_ENV = ("ANTHROPIC_API_KEY", "LOOPENGINE_DEFAULT_WEBHOOK_SECRET", "LOOPENGINE_ADMIN_AUTH")
+# Every secret the functions read, with the parameter naming its Secrets Manager secret.
+SECRET_ENV = {
+    "ANTHROPIC_API_KEY": "AnthropicApiKeySecretName",
+    "LOOPENGINE_DEFAULT_WEBHOOK_SECRET": "DefaultWebhookSecretName",
+    "LOOPENGINE_ADMIN_AUTH": "AdminAuthSecretName",
+    "LOOPENGINE_SLACK_SIGNING_SECRET": "SlackSigningSecretName",
+    "LOOPENGINE_MAGIC_LINK_SECRET": "MagicLinkSecretName",
+}
 
 
 class OfflineManagedPolicyLoader(ManagedPolicyLoader):
@@ -158,14 +165,20 @@ def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]
 
 
 def test_secrets_come_from_secrets_manager_dynamic_references(
-    transformed: dict[str, Any],
+    sam_template: dict[str, Any], transformed: dict[str, Any]
 ) -> None:
     for fn in _resources(transformed, "AWS::Lambda::Function").values():
         env = fn["Properties"]["Environment"]["Variables"]
-        for name in SECRET_ENV:
-            _condition, secret, unset = env[name]["Fn::If"]
-            assert secret["Fn::Sub"].startswith("{{resolve:secretsmanager:"), name
+        for name, parameter in SECRET_ENV.items():
+            condition, secret, unset = env[name]["Fn::If"]
+            assert secret["Fn::Sub"] == "{{resolve:secretsmanager:${" + parameter + "}}}", name
             assert unset == {"Ref": "AWS::NoValue"}, name
+            # set only when the parameter names a secret (an empty name leaves the variable unset)
+            assert sam_template["Conditions"][condition] == {
+                "Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]
+            }, name
+            declared = sam_template["Parameters"][parameter]
+            assert (declared["Type"], declared["Default"]) == ("String", ""), parameter
 
 
 # --------------------------------------------------------------- (c) requirements are current

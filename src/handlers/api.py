@@ -11,11 +11,15 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from handlers import root, web
+from handlers.magic import router as magic_router
 from handlers.observability import flush, logger, tracer
+from handlers.slack import router as slack_router
 from loopengine import views
 from loopengine.errors import LoopengineError
 
 app = APIGatewayHttpResolver()
+app.include_router(magic_router)
+app.include_router(slack_router)
 API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s
 MAX_WAIT_SECONDS = 25.0
 

@@ -1,0 +1,181 @@
+"""``POST /integrations/slack/interactions``: a Slack button click decides a pending approval.
+
+The route is not behind the API's credentials; Slack's request signature is its authentication
+(``LOOPENGINE_SLACK_SIGNING_SECRET``, the app's Signing Secret). The order of checks:
+
+1. the raw body (base64-decoded when API Gateway encoded it), 413 when over the size limit;
+2. the signature headers must be present, well formed and fresh (±300 s), else 401. These need
+   no secret, so a request that cannot be a current Slack request is refused even where Slack is
+   not configured;
+3. no signing secret configured: 503 ``not_configured`` (the secret is read once per process and
+   never logged);
+4. the HMAC must match, else 401, and nothing is decided;
+5. the payload must be one click on a loopengine button (``loopengine.slack``), else 400 JSON;
+6. the click resolves the item as ``Decider(<Slack user id>, "slack")``.
+
+Answers to Slack: everything Slack should show is a 200, because Slack turns any other status into
+an error for the clicker. A decision, a late click and the reason an item is no longer open
+(superseded, cancelled, expired) replace the original message, so its buttons go away; a click by
+someone who is not among the rule's approvers, or on an item these buttons cannot decide, gets
+an ephemeral answer and the message stays for the right person. 400/401/413/503 are for requests
+that are not clicks Slack should show at all.
+
+For ``block_actions`` Slack does not read the 200's body: the message changes only when the same
+reply is POSTed to the click's ``response_url`` (:mod:`loopengine.notify.slack_reply`), which is
+done after deciding and before answering. The body still carries the reply (for tools and tests
+that read it). A failed POST is logged without the URL (it is a credential) and changes nothing:
+the decision stands and Slack still gets its 200. Slack wants the answer within 3 s, so the POST
+has a short timeout (:data:`REPLY_TIMEOUT`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+
+from handlers import root, web
+from handlers.observability import logger
+from loopengine import slack
+from loopengine.engine import Engine
+from loopengine.errors import DeliveryError, Forbidden, InvalidInput
+from loopengine.notify import slack_reply
+from loopengine.resolution import Decider, Resolution
+from loopengine.slack import SlackAction
+from loopengine.turns import StopReason
+
+router = Router()  # type: ignore[no-untyped-call]
+
+SECRET_ENV = "LOOPENGINE_SLACK_SIGNING_SECRET"
+CHANNEL = "slack"
+
+ALREADY_RESOLVED = "Already resolved"
+SUPERSEDED = "Superseded: the user moved on with a new message"
+CANCELLED = "Cancelled"
+EXPIRED = "Expired: nobody answered in time"
+NOT_AN_APPROVER = "You are not among the approvers"
+
+REPLY_TIMEOUT = 2.0
+"""Seconds per phase (connect, write, read) for the POST to ``response_url``; Slack waits 3 s."""
+
+_secret: str | None = None
+_secret_read = False
+
+
+def signing_secret() -> str | None:
+    """The Slack signing secret from the environment, read once per process (None when unset)."""
+    global _secret, _secret_read
+    if not _secret_read:
+        _secret = os.environ.get(SECRET_ENV) or None
+        _secret_read = True
+    return _secret
+
+
+def reset() -> None:
+    """Forget the cached secret, so the next request reads the environment again (tests)."""
+    global _secret, _secret_read
+    _secret, _secret_read = None, False
+
+
+@router.post("/integrations/slack/interactions")
+def interactions() -> Response[str]:
+    """Verify Slack's signature, read the click, resolve the item, tell Slack what happened."""
+    event = router.current_event
+    body = _raw_body(event.body, bool(event.is_base64_encoded))
+    headers = event.headers or {}
+    timestamp = headers.get("x-slack-request-timestamp")
+    signature = headers.get("x-slack-signature")
+    engine = root.engine()
+    now = engine.rt.stores.clock.now()
+    try:
+        slack.check_freshness(timestamp, signature, now)
+        secret = signing_secret()
+        if secret is None:
+            raise web.HttpError(503, "not_configured", "Slack is not configured")
+        slack.verify_slack(secret, body, timestamp, signature, now)
+    except slack.SlackVerificationError as exc:
+        logger.warning("refused a Slack request", extra={"reason": exc.reason.value})
+        raise web.HttpError(401, "unauthorized", f"Slack signature check failed: {exc}") from None
+    try:
+        action = slack.parse_interaction(body)
+    except InvalidInput as exc:
+        raise web.HttpError(400, "invalid_input", str(exc)) from None
+    logger.set_correlation_id(action.pending_id)
+    try:
+        res = engine.resolve(action.pending_id, action.decision, Decider(action.user_id, CHANNEL))
+    except Forbidden:
+        message = slack.ephemeral_message(NOT_AN_APPROVER)
+    except InvalidInput as exc:  # e.g. a question's pendingId: these buttons cannot answer it
+        message = slack.ephemeral_message(f"This cannot be decided here: {exc}")
+    else:
+        message = slack.replace_message(outcome_text(engine, action, res))
+    if action.response_url is not None:
+        send_reply(action.response_url, message)
+    return web.reply(200, message)
+
+
+def send_reply(response_url: str, message: slack.JsonDict) -> None:
+    """POST ``message`` to the click's ``response_url``; a failure is logged, never raised.
+
+    By now the click has been decided (or refused), so nothing here may turn the 200 into an
+    error: Slack would show the clicker a failure for a decision that stands.
+    """
+    try:
+        slack_reply.post_reply(response_url, message, timeout=REPLY_TIMEOUT)
+    except DeliveryError as exc:  # its message names the host only, never the URL's path
+        logger.warning("could not update the Slack message", extra={"error": str(exc)})
+    except Exception as exc:  # a bug must not undo the answer either; the URL stays out of the log
+        logger.warning("could not update the Slack message", extra={"error": type(exc).__name__})
+
+
+def outcome_text(engine: Engine, action: SlackAction, res: Resolution) -> str:
+    """What the message should say after this click."""
+    if not res.already_resolved:
+        verb = "Approved" if action.decision == slack.APPROVE else "Denied"
+        return f"{verb} by <@{action.user_id}>"
+    if res.expired:
+        return EXPIRED
+    return why_closed(engine, action.pending_id)
+
+
+def why_closed(engine: Engine, pending_id: str) -> str:
+    """Why an item no longer takes decisions, from its checkpoint's record and its turn's stop."""
+    stores = engine.rt.stores
+    cp = stores.checkpoints.find_by_pending(pending_id)
+    if cp is None:
+        return ALREADY_RESOLVED
+    records = [d for d in cp.decisions if d.get("pendingId") == pending_id]
+    if not records:
+        return ALREADY_RESOLVED
+    kind = records[-1].get("decision")
+    if kind == "expired":
+        return EXPIRED
+    if kind == "abandoned":
+        turn = stores.turns.get_turn(cp.turn_id)
+        stop = (turn.stop_reason or turn.stop_requested) if turn is not None else None
+        if stop is StopReason.SUPERSEDED:
+            return SUPERSEDED
+        if stop is StopReason.CANCELLED:
+            return CANCELLED
+    return ALREADY_RESOLVED
+
+
+def _raw_body(body: Any, is_base64: bool) -> bytes:
+    """The exact bytes Slack signed: 413 when too large, 400 when the base64 is broken."""
+    raw = body or ""
+    if not isinstance(raw, str):
+        raise web.HttpError(400, "invalid_input", "request body must be text")
+    limit = web.MAX_BODY_BYTES
+    if (len(raw) * 3 // 4 if is_base64 else len(raw)) > limit:
+        raise web.HttpError(413, "too_large", f"request body is over {limit} bytes")
+    try:
+        data = base64.b64decode(raw, validate=True) if is_base64 else raw.encode("utf-8")
+    except (binascii.Error, ValueError):  # broken base64, or lone surrogates in the text
+        raise web.HttpError(400, "invalid_input", "request body could not be decoded") from None
+    if len(data) > limit:
+        raise web.HttpError(413, "too_large", f"request body is over {limit} bytes")
+    return data
