@@ -79,12 +79,7 @@ def answer(pending_id: str) -> Response[str]:
 def list_pending() -> Response[str]:
     web.decider(app.current_event)
     query = app.current_event.query_string_parameters or {}
-    store = root.engine().rt.stores.checkpoints
-    items = [
-        views.listed_item(cp, item)
-        for cp in store.list_open(agent=query.get("agent"), tenant=query.get("tenant"))
-        for item in cp.outstanding.values()
-    ]
+    items = root.engine().open_items(agent=query.get("agent"), tenant=query.get("tenant"))
     return web.reply(200, {"items": items})
 
 
@@ -92,9 +87,9 @@ def list_pending() -> Response[str]:
 def get_turn(turn_id: str) -> Response[str]:
     web.decider(app.current_event)
     engine = root.engine()
-    turn = engine.turn(turn_id)
-    audit = engine.rt.stores.turns.events(turn_id)
-    return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), audit))
+    return web.reply(
+        200, views.turn_view(engine.turn(turn_id), engine.outcome(turn_id), engine.audit(turn_id))
+    )
 
 
 @app.post("/turns/<turn_id>/cancel")
@@ -107,10 +102,7 @@ def cancel_turn(turn_id: str) -> Response[str]:
 @app.get("/sessions/<session_id>")
 def get_session(session_id: str) -> Response[str]:
     web.decider(app.current_event)
-    messages = root.engine().rt.stores.sessions.load(session_id)
-    if not messages:
-        raise web.HttpError(404, "not_found", f"no session {session_id!r}")
-    return web.reply(200, views.session_view(session_id, messages))
+    return web.reply(200, views.session_view(session_id, root.engine().history(session_id)))
 
 
 @app.not_found
