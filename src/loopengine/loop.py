@@ -62,11 +62,13 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
     turn = _load(rt, turn_id)
     config = rt.config_of(turn)
     model = rt.model_for(config)
+    history: list[Message] | None = None  # read once; our own appends extend it (CAS-guarded)
     while True:
-        turn = _load(rt, turn_id)
+        turn = _load(rt, turn_id)  # each pass: the stop flag and status are checked here
         if turn.status is not TurnStatus.RUNNING:
             return outcome_of(turn)
-        history = sessions.load(turn.session_id)
+        if history is None:
+            history = sessions.load(turn.session_id)
         last = history[-1]
         if last.role == "assistant":
             if not last.tool_uses:
@@ -96,13 +98,14 @@ def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOut
             return finish(rt, config, turn, StopReason.ERROR, f"model call failed: {exc}")
         message = Message("assistant", response.content)
         sessions.append(turn.session_id, [message], expected_len=len(history))
+        history.append(message)
         rt.event(
             turn_id,
             "model_response",
             stopReason=response.stop_reason,
             toolUses=[u.name for u in message.tool_uses],
         )
-        rt.update_turn(turn_id, functools.partial(_renew, until=clock.now() + rt.lease_seconds))
+        rt.update_turn(turn_id, functools.partial(_renew, until=clock.now() + rt.lease_seconds), turn)
 
 
 def _renew(turn: TurnRecord, until: float) -> TurnRecord:
@@ -157,7 +160,7 @@ def _close_batch(
     _append_results(rt, turn, history, list(cp.results_so_far))
     if cp.denied:  # finish clears checkpoint_id in the same write
         return finish(rt, config, turn, StopReason.DENIED, None)
-    rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=None))
+    rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=None), turn)
     return None
 
 
@@ -196,7 +199,7 @@ def _record_verdicts(
         missing = {k: v for k, v in fresh.items() if k not in t.verdicts}
         return replace(t, verdicts={**t.verdicts, **missing}) if missing else None
 
-    return rt.update_turn(turn.turn_id, record) or _load(rt, turn.turn_id)
+    return rt.update_turn(turn.turn_id, record, turn) or _load(rt, turn.turn_id)
 
 
 def _park(
@@ -242,7 +245,7 @@ def _park(
             return None
         return replace(t, status=TurnStatus.PAUSED, stop_reason=stop, checkpoint_id=cp.id)
 
-    paused = rt.update_turn(turn.turn_id, pause)
+    paused = rt.update_turn(turn.turn_id, pause, turn)
     if paused is None:  # a cancel or a new message arrived first: nobody is asked
         why = "the turn was stopped before anyone was asked"
         now = rt.stores.clock.now()
@@ -264,7 +267,9 @@ def _append_results(
     """Append the one user message answering every tool_use of the batch, in tool_use order."""
     order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
     ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
-    rt.stores.sessions.append(turn.session_id, [Message("user", tuple(ordered))], expected_len=len(history))
+    message = Message("user", tuple(ordered))
+    rt.stores.sessions.append(turn.session_id, [message], expected_len=len(history))
+    history.append(message)
 
 
 def finish(
@@ -274,6 +279,7 @@ def finish(
     done = rt.update_turn(
         turn.turn_id,
         lambda t: replace(t, status=TurnStatus.FINISHED, stop_reason=stop, text=text, checkpoint_id=None),
+        turn,
     )
     assert done is not None
     turn = done

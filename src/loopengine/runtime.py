@@ -56,14 +56,22 @@ class Runtime:
             self._configs[key] = from_snapshot(snapshot, self.agents.code(turn.agent))
         return self._configs[key]
 
-    def update_turn(self, turn_id: str, fn: Callable[[TurnRecord], TurnRecord | None]) -> TurnRecord | None:
+    def update_turn(
+        self,
+        turn_id: str,
+        fn: Callable[[TurnRecord], TurnRecord | None],
+        current: TurnRecord | None = None,
+    ) -> TurnRecord | None:
         """Apply ``fn`` to the latest turn record with compare-and-set, retrying on conflict.
 
         ``fn`` must be pure (it may run more than once); returning ``None`` declines the change,
         and then the result is ``None``. Writers that each change different fields (the loop's
-        lease, a cancel request) therefore never undo each other.
+        lease, a cancel request) therefore never undo each other. ``current`` is a record the
+        caller already holds: the first attempt writes on it without reading (a stale one just
+        costs the conflict, which brings the stored record).
         """
-        current = self.stores.turns.get_turn(turn_id)
+        if current is None:
+            current = self.stores.turns.get_turn(turn_id)
         for _ in range(50):
             if current is None:
                 raise NotFound(f"no turn {turn_id!r}")

@@ -17,8 +17,8 @@ messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the mess
                                                                   brings more than 99)
 session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
 turn             ``TURN#<tid>``     ``TURN``                      version, body
-event counter    ``TURN#<tid>``     ``EVENTS``                    n, ttl
-audit event      ``TURN#<tid>``     ``EVENT#<n:010d>``            body, ttl
+audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
+                                                                  event counter, r: 24 random bits)
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
 config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
@@ -50,6 +50,8 @@ Blob parts are never deleted (they may be shared by content).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import secrets
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -73,6 +75,8 @@ from loopengine.stores.dynamodb_table import (
     version_is,
 )
 from loopengine.turns import CallRecord, TurnRecord
+
+_EVENT_COUNTER = itertools.count(1)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -248,9 +252,16 @@ class DynamoTurnStore(DynamoStore):
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
-        """Append one audit event: take the turn's next event number, then write the event."""
-        seq = self.table.increment(f"TURN#{turn_id}", "EVENTS", self._ttl())
-        self.table.put(self._item(f"TURN#{turn_id}", f"EVENT#{seq:010d}", event, self._ttl()))
+        """Append one audit event in one PutItem, ordered by its time.
+
+        Events of one turn come from one writer at a time (its runner or a decider), stamped by
+        the clock; equal stamps from this process keep their order through the counter, and the
+        random tail keeps two processes from ever writing the same key.
+        """
+        at = event.get("at")
+        stamp = float(at) if isinstance(at, int | float) else self.clock.now()
+        sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
+        self.table.put(self._item(f"TURN#{turn_id}", sk, event, self._ttl()))
 
     def events(self, turn_id: str) -> list[JsonDict]:
         """The turn's audit events in the order they were added."""

@@ -239,23 +239,6 @@ class DynamoTable:
                     raise StoreError("DynamoDB TransactWriteItems kept conflicting") from exc
                 _backoff(attempt)
 
-    def increment(self, pk: str, sk: str, extra: Item) -> int:
-        """Atomically add one to the counter item's ``n`` (setting ``extra``); return the new value."""
-        sets = "".join(f", #{name} = :{name}" for name in extra)
-        names = {"#n": "n", **{f"#{name}": name for name in extra}}
-        values = {":one": n(1), **{f":{name}": value for name, value in extra.items()}}
-        expression = "ADD #n :one" + (f" SET {sets[2:]}" if extra else "")
-        with _errors("UpdateItem"):
-            result = self.client.update_item(
-                TableName=self.name,
-                Key=key(pk, sk),
-                UpdateExpression=expression,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-                ReturnValues="UPDATED_NEW",
-            )
-        return int(result["Attributes"]["n"]["N"])
-
     def query(
         self, pk: str, prefix: str | None = None, *, index: bool = False, **extra: Any
     ) -> Iterator[Item]:
