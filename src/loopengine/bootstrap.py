@@ -76,21 +76,13 @@ class NotifierChooser:
         return self._cache[config.name]
 
     def _build(self, block: dict[str, Any] | None) -> Notifier | None:
-        from loopengine.notify.webhook import WebhookNotifier, from_env
-
         if not block:
+            from loopengine.notify.webhook import from_env
+
             return from_env(self._env, self._clock)
-        channel = block.get("channel")
-        cfg = block.get("config") or {}
-        if channel == "database":
-            return None  # no push: the pending list is the poll surface
-        if channel != "webhook":
-            raise ConfigError(f"notifier channel {channel!r} is not available in this build")
-        url = cfg.get("url") or self._env.get(cfg.get("url_env", ""), "")
-        secret = self._env.get(cfg.get("secret_env", ""), "")
-        if not url or not secret:
-            raise ConfigError("webhook notifier needs url (or url_env) and secret_env")
-        return WebhookNotifier(url, secret, clock=self._clock)
+        from loopengine.notify.channels import build
+
+        return build(block, self._env, self._clock)
 
 
 def build_runtime(

@@ -137,6 +137,16 @@ class WebhookNotifier:
         return f"{target} ({response.status_code})"
 
 
+def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> WebhookNotifier:
+    """An agent's own webhook: ``{url | url_env, secret_env}`` (the secret only from the env)."""
+    from loopengine.notify.channels import secret, setting
+
+    url = setting(config, env, "url")
+    if not url:
+        raise ConfigError("notifier webhook: needs url (or url_env naming a set variable)")
+    return WebhookNotifier(url, secret(config, env, "secret", "webhook"), clock=clock)
+
+
 def from_env(environ: Mapping[str, str], clock: Clock) -> WebhookNotifier | None:
     """The deployment-wide default webhook, or ``None`` when none is configured.
 

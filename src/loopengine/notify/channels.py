@@ -1,0 +1,69 @@
+"""Notifier channels: build the one an agent's ``notifier:`` block names.
+
+    notifier:
+      channel: webhook            # webhook | email | sns | slack | lark | queue | database
+      config: {...}               # per channel; secrets are named by env var (``*_env``), never inline
+      events: [approval, question, run_start, run_finish]
+
+Each channel lives in its own module and is imported only when an agent uses it, so a deployment
+pays (at cold start) only for the SDKs of the channels it has. ``database`` pushes nothing: the
+pending list (``GET /pending-approvals``) is the poll surface.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from loopengine.clock import Clock
+from loopengine.errors import ConfigError
+from loopengine.ports import Notifier
+
+Builder = Callable[[dict[str, Any], Mapping[str, str], Clock], Notifier | None]
+
+CHANNELS: dict[str, str | None] = {
+    "webhook": "loopengine.notify.webhook:from_config",
+    "email": "loopengine.notify.email:from_config",
+    "sns": "loopengine.notify.sns:from_config",
+    "queue": "loopengine.notify.sqs:from_config",
+    "slack": "loopengine.notify.slack_post:from_config",
+    "lark": "loopengine.notify.lark:from_config",
+    "database": None,
+}
+
+
+def build(block: Mapping[str, Any], env: Mapping[str, str], clock: Clock) -> Notifier | None:
+    """The notifier for a ``notifier:`` block (``None`` for ``database``)."""
+    channel = block.get("channel")
+    if channel not in CHANNELS:
+        raise ConfigError(f"notifier channel {channel!r} is not one of {sorted(CHANNELS)}")
+    target = CHANNELS[channel]
+    if target is None:
+        return None
+    config = block.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"notifier {channel}: 'config' must be a mapping")
+    module, _, name = target.partition(":")
+    builder: Builder = getattr(importlib.import_module(module), name)
+    return builder(config, env, clock)
+
+
+def setting(config: Mapping[str, Any], env: Mapping[str, str], name: str, default_env: str = "") -> str:
+    """``config[name]``, else the env var named by ``config[name + "_env"]`` (or ``default_env``)."""
+    value = config.get(name)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    env_name = config.get(f"{name}_env") or default_env
+    return env.get(env_name, "").strip() if env_name else ""
+
+
+def secret(config: Mapping[str, Any], env: Mapping[str, str], name: str, channel: str) -> str:
+    """A secret, only ever from the env var ``config[name + "_env"]`` names (never inline)."""
+    if name in config:
+        raise ConfigError(f"notifier {channel}: put {name} in the environment and name it with {name}_env")
+    env_name = config.get(f"{name}_env")
+    value = env.get(env_name, "") if isinstance(env_name, str) else ""
+    if not value:
+        raise ConfigError(f"notifier {channel}: {name}_env must name a set environment variable")
+    return value
