@@ -1,20 +1,14 @@
 """Magic-link forms: a pending call's arguments as form fields and back, and what became of an item.
 
-The magic-link page (``handlers.magic``) shows a pending call's top-level arguments as controls
-chosen from the tool's ``input_schema``, and reads the submitted form back into ``editedArgs``:
+:func:`fields` turns a tool's ``input_schema`` into one control per top-level property (``string``,
+``number``, ``integer``, ``boolean``, ``enum``/``const``, each maybe nullable through a ``type`` list
+or a two-variant ``anyOf``/``oneOf`` with ``null``; a JSON textarea for anything else), and
+:func:`shown` shows a value its control cannot hold as JSON. :func:`edits` reads the submitted texts
+back into ``editedArgs``, only when something changed (JSON equality: ``1 == 1.0``, never
+``True == 1``). :func:`open_item` and :func:`closed_state` say what became of an item, from the
+checkpoint and turn records alone.
 
-* :func:`fields` classifies each property: ``string``, ``number``, ``integer``, ``boolean``, ``enum``
-  (``enum`` or ``const``), nullable (a ``type`` list with ``"null"``, or a two-variant
-  ``anyOf``/``oneOf`` with a ``null`` one), and a JSON textarea for anything else;
-* :func:`shown` and :func:`initial_values`: a current value its control cannot hold is shown as JSON;
-* :func:`edits` coerces the submitted texts back to their types and returns the edited args only
-  when something changed (JSON equality, with ``1 == 1.0`` but never ``True == 1``).
-
-For an item that is not open any more, :func:`open_item` and :func:`closed_state` say what became
-of it, from the checkpoint and turn records alone.
-
-Standard library only (plus loopengine's records and error tree); no clock is read here: callers
-pass ``now``.
+Standard library only (plus loopengine's records and error tree); callers pass ``now``.
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
-from urllib.parse import parse_qs
 
 from loopengine import errors
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
@@ -35,8 +28,6 @@ from loopengine.turns import StopReason, TurnRecord
 
 JsonDict = dict[str, Any]
 ARG_PREFIX = "arg."
-MAX_COMMENT_CHARS = 4000
-MAX_FORM_FIELDS = 200
 
 FieldKind = Literal["string", "number", "integer", "boolean", "enum", "json"]
 SIMPLE_TYPES: Mapping[str, FieldKind] = {
@@ -45,17 +36,6 @@ SIMPLE_TYPES: Mapping[str, FieldKind] = {
     "integer": "integer",
     "boolean": "boolean",
 }
-
-
-def parse(body: str) -> dict[str, str]:
-    """A urlencoded form body as ``{name: first value}``; ``ValueError`` when it cannot be read."""
-    parsed = parse_qs(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
-    return {key: values[0] for key, values in parsed.items()}
-
-
-def clean_text(text: str) -> str:
-    """A free-text answer or comment as submitted: CRLF as LF, surrounding blanks dropped."""
-    return text.replace("\r\n", "\n").strip()
 
 
 # --- fields ---------------------------------------------------------------------------------------
@@ -328,9 +308,9 @@ def closed_state(cp: TurnCheckpoint | None, turn: TurnRecord | None, pending_id:
     mine = [d for d in cp.decisions if d.get("pendingId") == pending_id]
     decision = mine[-1] if mine else {}
     kind = decision.get("decision")
-    done = {"approve": "approved", "deny": "denied", "answer": "answered"}
-    if kind in done:
-        text = f"Already resolved: {done[kind]} by {_by(decision)}."
+    verbs = {"approve": "approved", "deny": "denied", "answer": "answered"}
+    if isinstance(kind, str) and kind in verbs:
+        text = f"Already resolved: {verbs[kind]} by {_by(decision)}."
         return ClosedState("already-resolved", "Already resolved", text)
     if kind == "skipped":
         text = (
