@@ -420,3 +420,27 @@ def test_a_model_error_finishes_the_turn_with_a_valid_history(error: Exception) 
         assert h.notifier.events("run_finish")[-1]["stopReason"] == "error"
         # the session is usable again
         assert h.rt.stores.turns.session_turns(out.session_id)[-1].status is TurnStatus.FINISHED
+
+
+def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Path) -> None:
+    from loopengine.errors import ConfigError
+    from loopengine.models.scripted import ScriptedModel, call, use
+    from tests.harness import Calls, agent, make_harness
+
+    calls = Calls()
+    cfg = agent("broken-notifier", [calls.tool("refund")], {"default_decision": "ask"})
+    model = ScriptedModel.from_list([call(use("refund", {"x": 1}, id="t1"))])
+    h = make_harness(tmp_path / "n.db", cfg, model=model)
+
+    def broken(_config: object) -> None:
+        raise ConfigError("notifier email: LOOPENGINE_MAGIC_LINK_SECRET is not set")
+
+    h.rt.notifier_for = broken  # type: ignore[assignment]
+    try:
+        out = h.engine.send_message("broken-notifier", "go")
+        assert out.pending and out.status.value == "paused"
+        failed = [e for e in h.rt.stores.turns.events(out.turn_id) if e["type"] == "notification_failed"]
+        assert {e["notification"] for e in failed} == {"run_start", "approval"}
+        assert "MAGIC_LINK_SECRET" in failed[0]["error"]
+    finally:
+        h.rt.stores.close()

@@ -284,3 +284,27 @@ def test_resume_event_names_a_turn() -> None:
     event = json.loads((EVENTS / "resume.json").read_text())
     assert set(event) == {"turnId"}
     assert event["turnId"].startswith("trn_")
+
+
+def _statements(transformed: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    role = transformed["Resources"][f"{function}Role"]["Properties"]
+    statements: list[dict[str, Any]] = []
+    for policy in role["Policies"]:
+        policy = policy["Fn::If"][1] if "Fn::If" in policy else policy
+        statements += policy["PolicyDocument"]["Statement"]
+    return statements
+
+
+def test_every_function_can_reach_the_sns_and_queue_notifier_channels(transformed: dict[str, Any]) -> None:
+    # notifier channels `sns` and `queue` default to these variables (loopengine.notify.sns / .sqs)
+    for name in ("ApiFunction", "ResumeFunction", "ScheduleFunction"):
+        env = transformed["Resources"][name]["Properties"]["Environment"]["Variables"]
+        assert env["LOOPENGINE_SNS_TOPIC_ARN"] == {"Ref": "Topic"}, name
+        assert env["LOOPENGINE_SQS_QUEUE_URL"] == {"Ref": "NotificationQueue"}, name
+        by_action = {json.dumps(s["Action"]): s["Resource"] for s in _statements(transformed, name)}
+        topic = by_action[json.dumps(["sns:Publish"])]["Fn::Sub"][1]["topicName"]
+        queue = by_action[json.dumps(["sqs:SendMessage*"])]["Fn::Sub"][1]["queueName"]
+        assert topic == {"Fn::GetAtt": ["Topic", "TopicName"]}, name
+        assert queue == {"Fn::GetAtt": ["NotificationQueue", "QueueName"]}, name
+    queue_props = transformed["Resources"]["NotificationQueue"]["Properties"]
+    assert queue_props["SqsManagedSseEnabled"] is True

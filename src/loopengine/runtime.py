@@ -96,10 +96,10 @@ class Runtime:
         wanted = (config.notifier or {}).get("events")
         if wanted is not None and event not in wanted:
             return
-        notifier = self.notifier_for(config)
-        if notifier is None:
-            return
-        try:
+        try:  # building the notifier can fail too (a misconfigured channel): same rule
+            notifier = self.notifier_for(config)
+            if notifier is None:
+                return
             where = notifier.send(Notification(event, payload))
         except Exception as exc:  # a notifier must never lose the turn
             self.event(turn_id, "notification_failed", notification=event, error=str(exc))
