@@ -3,7 +3,9 @@
 One module for both directions, so the sender and the receiver share one definition:
 
 * :func:`approval_blocks` builds the Block Kit message a Slack notifier posts with
-  ``chat.postMessage``: what is asked, the arguments, and an Approve and a Deny button.
+  ``chat.postMessage``: what is asked, the arguments, and an Approve and a Deny button
+  (:mod:`loopengine.notify.slack_post` is that notifier). :func:`question_blocks` is the message
+  for a question: no buttons, since a free-text answer cannot come back through one.
 * :func:`verify_slack` checks a request to ``POST /integrations/slack/interactions`` the way Slack
   signs it (see "Verifying requests from Slack"); :func:`parse_interaction` reads the click.
 
@@ -268,3 +270,35 @@ def replace_message(text: str) -> JsonDict:
 def ephemeral_message(text: str) -> JsonDict:
     """A reply only the clicker sees; the original message and its buttons stay."""
     return {"response_type": "ephemeral", "replace_original": False, "text": text}
+
+
+def question_blocks(
+    pending_id: str, question: str, options: list[str] | None, resolve_url: str | None
+) -> list[JsonDict]:
+    """The Block Kit message for a pending ``system_ask_user`` question.
+
+    There are no buttons: the answer is free text, which a button cannot carry back (and the
+    interactions route decides approvals only). The message says where to answer instead: in the
+    app, or with ``POST <resolve_url>`` and ``{"answer": "..."}`` (the API's credentials apply).
+    Options, when the model offered some, are listed as suggestions.
+    """
+    blocks: list[JsonDict] = [
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": _clip(f"*Question:* {escape(question)}", _SECTION_LIMIT)},
+        }
+    ]
+    if options:
+        listed = "\n".join(f"• {escape(option)}" for option in options)
+        blocks.append(
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": _clip(f"*Options:*\n{listed}", _SECTION_LIMIT)},
+            }
+        )
+    where = "Answer in the app"
+    if resolve_url:
+        where += f', or POST `{{"answer": "..."}}` to `{escape(resolve_url)}`'
+    note = f"{where}. Replies in Slack are not read. pendingId `{escape(pending_id)}`"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(note, _SECTION_LIMIT)}]})
+    return blocks
