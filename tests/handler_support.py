@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loopengine.dev import LocalContext
+from loopengine.engine import Engine
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 PLACEHOLDER_PENDING = "pnd_00000000000000000000000000000000"
 PLACEHOLDER_TURN = "trn_00000000000000000000000000000000"
+
+InstallRoot = Callable[..., Engine]
+"""``install_root(invoker, **env)``: the ``install_root`` fixture (tests/conftest.py)."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ messages, so resumes in "another process" continue the script), and read what wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,7 @@ def make_harness(
     if inline:
         invoker.resume = engine.resume
     return Harness(engine, clock, notifier, invoker, agents)
+
+
+Build = Callable[..., Harness]
+"""``build(*configs, model=..., inline=True)``: the ``install_harness`` fixture (tests/conftest.py)."""

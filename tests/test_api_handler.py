@@ -3,37 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from handlers import api, resume, root, schedule
+from handlers import api, resume, schedule
 from loopengine.engine import Engine
 from loopengine.invokers import RecordingInvoker
-from tests.handler_support import FakeContext, call, load_event, with_auth, with_body
+from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
 
 
 @pytest.fixture
-def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
-    env = {
-        "LOOPENGINE_DB": str(tmp_path / "api.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_NAMESPACE": "loopengine-test",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("LOOPENGINE_TABLE", raising=False)
-    monkeypatch.delenv("LOOPENGINE_DEFAULT_WEBHOOK_URL", raising=False)
-    built = root.build(dict(env))
-    built.rt.invoker = RecordingInvoker()  # the test delivers resume events itself
-    root.install(built)
-    yield built
-    root.install(None)
-    built.rt.stores.close()
+def engine(install_root: InstallRoot) -> Engine:
+    return install_root(lambda _engine: RecordingInvoker())  # the test delivers resume events itself
 
 
 def _pause() -> tuple[int, dict[str, Any]]:

@@ -12,10 +12,8 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,8 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import api, root
-from loopengine.agent import AgentConfig
+from handlers import api
 from loopengine.engine import Engine
 from loopengine.errors import InvalidInput, StoreError
 from loopengine.invokers import InlineInvoker
@@ -39,9 +36,9 @@ from loopengine.magic import (
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.policy import Expiry
 from loopengine.turns import StopReason, TurnStatus
-from tests.handler_support import FakeContext, load_event, with_body
+from tests.handler_support import FakeContext, InstallRoot, load_event, with_body
 from tests.handler_support import call as http
-from tests.harness import Calls, Harness, agent, make_harness
+from tests.harness import Build, Calls, Harness, agent
 
 SECRET = "magic-test-secret-0123456789"
 PLACEHOLDER = "mgc_00000000000000000000000000000000"
@@ -338,26 +335,9 @@ def is_open(engine: Engine, pending_id: str) -> bool:
 
 
 @pytest.fixture
-def cs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+def cs(install_root: InstallRoot) -> Engine:
     """The bundled customer-service agent through root.build, resumes run inline."""
-    env = {
-        "LOOPENGINE_DB": str(tmp_path / "magic.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-        "LOOPENGINE_MAGIC_LINK_SECRET": SECRET,
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_NAMESPACE": "loopengine-test",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("LOOPENGINE_TABLE", raising=False)
-    monkeypatch.delenv("LOOPENGINE_DEFAULT_WEBHOOK_URL", raising=False)
-    built = root.build(dict(env))
-    built.rt.invoker = InlineInvoker(built.resume)
-    root.install(built)
-    yield built
-    root.install(None)
-    built.rt.stores.close()
+    return install_root(lambda engine: InlineInvoker(engine.resume), LOOPENGINE_MAGIC_LINK_SECRET=SECRET)
 
 
 def pause_refund() -> dict[str, Any]:
@@ -678,27 +658,10 @@ def test_json_routes_still_answer_json(cs: Engine) -> None:
 # --- pages: agents built in code (escaping, schemas, questions, approvers, expiry) -------------
 
 
-Build = Callable[..., Harness]
-
-
 @pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Build]:
-    monkeypatch.setenv("LOOPENGINE_ADMIN_AUTH", "admin:secret")
+def build(install_harness: Build, monkeypatch: pytest.MonkeyPatch) -> Build:
     monkeypatch.setenv("LOOPENGINE_MAGIC_LINK_SECRET", SECRET)
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "loopengine-test")
-    made: list[Harness] = []
-
-    def make(*configs: AgentConfig, model: ScriptedModel) -> Harness:
-        h = make_harness(tmp_path / f"magic{len(made)}.db", *configs, model=model)
-        made.append(h)
-        root.install(h.engine)
-        return h
-
-    yield make
-    root.install(None)
-    for h in made:
-        h.rt.stores.close()
+    return install_harness
 
 
 ASK = {"rules": [], "default_decision": "ask"}

@@ -16,10 +16,9 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -50,9 +49,9 @@ from loopengine.slack import (
     verify_slack,
 )
 from loopengine.turns import StopReason, TurnStatus
-from tests.handler_support import PLACEHOLDER_PENDING, FakeContext, load_event, with_body
+from tests.handler_support import PLACEHOLDER_PENDING, FakeContext, InstallRoot, load_event, with_body
 from tests.handler_support import call as http
-from tests.harness import Calls, Harness, agent, make_harness
+from tests.harness import Build, Calls, Harness, agent
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documentation example shape
 T0 = 1_531_420_618
@@ -445,24 +444,8 @@ def fresh_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
-    env = {
-        "LOOPENGINE_DB": str(tmp_path / "slack.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "POWERTOOLS_METRICS_NAMESPACE": "loopengine-test",
-    }
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("LOOPENGINE_TABLE", raising=False)
-    monkeypatch.delenv("LOOPENGINE_DEFAULT_WEBHOOK_URL", raising=False)
-    built = root.build(dict(env))
-    built.rt.invoker = RecordingInvoker()
-    root.install(built)
-    yield built
-    root.install(None)
-    built.rt.stores.close()
+def engine(install_root: InstallRoot) -> Engine:
+    return install_root(lambda _engine: RecordingInvoker())
 
 
 def slack_event(
@@ -786,26 +769,9 @@ def test_a_failing_response_url_still_answers_200_and_the_decision_stands(
 # -- the route: approvers, questions, cancel and expiry (harness agent) ---------------------
 
 
-Build = Callable[..., Harness]
-
-
 @pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Build]:
-    monkeypatch.setenv("LOOPENGINE_ADMIN_AUTH", "admin:secret")
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "loopengine-test")
-    made: list[Harness] = []
-
-    def make(config: AgentConfig, model: ScriptedModel) -> Harness:
-        h = make_harness(tmp_path / f"slack{len(made)}.db", config, model=model)
-        made.append(h)
-        root.install(h.engine)
-        return h
-
-    yield make
-    root.install(None)
-    for h in made:
-        h.rt.stores.close()
+def build(install_harness: Build) -> Build:
+    return install_harness
 
 
 def park(h: Harness) -> tuple[str, str]:
@@ -821,7 +787,9 @@ def waiter(calls: Calls, rules: dict[str, Any] | None = None, **kw: Any) -> Agen
 def test_someone_not_among_the_approvers_is_told_privately(build: Build, replies: ResponseUrls) -> None:
     calls = Calls()
     rules = {"rules": [{"tool": "gated", "decision": "ask", "approvers": [ALICE]}], "default_decision": "ask"}
-    h = build(waiter(calls, rules), ScriptedModel.from_list([call(use("gated", {"x": 1})), say("done")]))
+    h = build(
+        waiter(calls, rules), model=ScriptedModel.from_list([call(use("gated", {"x": 1})), say("done")])
+    )
     turn_id, pending = park(h)
     status, body = click(f"approve:{pending}", BOB)
     private = {"response_type": "ephemeral", "replace_original": False, "text": NOT_AN_APPROVER}
@@ -835,7 +803,7 @@ def test_someone_not_among_the_approvers_is_told_privately(build: Build, replies
 
 def test_a_question_cannot_be_decided_with_a_button(build: Build) -> None:
     model = ScriptedModel.from_list([call(use("system_ask_user", {"question": "which?"})), say("ok")])
-    h = build(waiter(Calls()), model)
+    h = build(waiter(Calls()), model=model)
     turn_id, pending = park(h)
     status, body = click(f"approve:{pending}")
     assert status == 200 and body["response_type"] == "ephemeral"
@@ -845,7 +813,7 @@ def test_a_question_cannot_be_decided_with_a_button(build: Build) -> None:
 
 def test_a_click_after_cancel_says_cancelled(build: Build) -> None:
     calls = Calls()
-    h = build(waiter(calls), ScriptedModel.from_list([call(use("gated", {"x": 1})), say("done")]))
+    h = build(waiter(calls), model=ScriptedModel.from_list([call(use("gated", {"x": 1})), say("done")]))
     turn_id, pending = park(h)
     h.engine.cancel(turn_id, Decider("admin"))
     assert click(f"approve:{pending}") == (200, replaced("Cancelled"))
@@ -856,7 +824,7 @@ def test_a_click_after_cancel_says_cancelled(build: Build) -> None:
 def test_a_click_after_expiry_says_nobody_answered(build: Build, swept: bool) -> None:
     calls = Calls()
     config = waiter(calls, expiry=Expiry(3600.0, "unknown"))
-    h = build(config, ScriptedModel.from_list([call(use("gated", {"x": 1})), say("too late")]))
+    h = build(config, model=ScriptedModel.from_list([call(use("gated", {"x": 1})), say("too late")]))
     turn_id, pending = park(h)
     h.clock.advance(3601)
     if swept:

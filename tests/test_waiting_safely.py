@@ -10,8 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,13 +24,12 @@ from loopengine.policy import Expiry
 from loopengine.turns import StopReason, TurnStatus
 from tests.handler_support import FakeContext, load_event, with_auth, with_body
 from tests.handler_support import call as http
-from tests.harness import Calls, Harness, agent, make_harness
+from tests.harness import Build, Calls, Harness, agent
 
 AGENT = "waiter"
 RULES: dict[str, Any] = {"rules": [{"tool": "free", "decision": "allow"}], "default_decision": "ask"}
 HOURS = 3600.0
 
-Build = Callable[..., Harness]
 Reply = tuple[int, dict[str, Any]]
 
 
@@ -40,24 +37,9 @@ Reply = tuple[int, dict[str, Any]]
 
 
 @pytest.fixture
-def build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Build]:
+def build(install_harness: Build) -> Build:
     """Build a harness on SQLite in tmp_path and install its engine for the handlers."""
-    monkeypatch.setenv("LOOPENGINE_ADMIN_AUTH", "admin:secret")
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "loopengine-test")
-    monkeypatch.delenv("LOOPENGINE_ALLOW_ANONYMOUS", raising=False)
-    made: list[Harness] = []
-
-    def make(*configs: AgentConfig, model: ScriptedModel, inline: bool = True) -> Harness:
-        h = make_harness(tmp_path / f"waiting{len(made)}.db", *configs, model=model, inline=inline)
-        made.append(h)
-        root.install(h.engine)
-        return h
-
-    yield make
-    root.install(None)
-    for h in made:
-        h.rt.stores.close()
+    return install_harness
 
 
 def waiter(calls: Calls, rules: dict[str, Any] | None = None, **kw: Any) -> AgentConfig:

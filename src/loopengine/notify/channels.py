@@ -8,17 +8,22 @@
 Each channel lives in its own module and is imported only when an agent uses it, so a deployment
 pays (at cold start) only for the SDKs of the channels it has. ``database`` pushes nothing: the
 pending list (``GET /pending-approvals``) is the poll surface.
+
+The helpers below are what every channel may use: settings and secrets from the config and the
+environment, the JSON body, payload fields as text. The AWS channels share
+:mod:`loopengine.notify.aws_common`, the HTTP ones :mod:`loopengine.notify.http`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from loopengine.clock import Clock
-from loopengine.errors import ConfigError
-from loopengine.ports import Notifier
+from loopengine.errors import ConfigError, DeliveryError
+from loopengine.ports import Notification, Notifier
 
 Builder = Callable[[dict[str, Any], Mapping[str, str], Clock], Notifier | None]
 
@@ -67,3 +72,31 @@ def secret(config: Mapping[str, Any], env: Mapping[str, str], name: str, channel
     if not value:
         raise ConfigError(f"notifier {channel}: {name}_env must name a set environment variable")
     return value
+
+
+def notification_body(notification: Notification) -> str:
+    """The JSON document the webhook, sns and queue channels send: ``{"event": ..., **payload}``.
+
+    Compact, event first; ``notification.event`` wins over an ``event`` key in the payload.
+    Raises :class:`~loopengine.errors.DeliveryError` for a payload that is not JSON.
+    """
+    document: dict[str, Any] = {"event": notification.event}
+    document.update((k, v) for k, v in notification.payload.items() if k != "event")
+    try:
+        return json.dumps(document, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DeliveryError(
+            f"{notification.event} notification payload is not JSON-serialisable: {exc}"
+        ) from exc
+
+
+def text_of(value: Any) -> str:
+    """A payload field as text: ``""`` for missing, a string as it is, anything else as JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters (the last an ellipsis) when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

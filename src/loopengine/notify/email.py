@@ -26,7 +26,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +34,16 @@ from urllib.parse import urlsplit
 from loopengine import magic
 from loopengine.clock import Clock
 from loopengine.errors import ConfigError, DeliveryError
-from loopengine.notify.sns import EVENTS, aws_errors, check_keys, client_config, describe_error, subject_line
+from loopengine.notify.aws_common import (
+    EVENTS,
+    AwsNotifier,
+    aws_errors,
+    check_keys,
+    describe_error,
+    required_setting,
+    subject_line,
+)
+from loopengine.notify.channels import setting
 from loopengine.policy import describe, parse_duration
 from loopengine.ports import Notification
 
@@ -133,8 +141,10 @@ class _Email:
         )
 
 
-class EmailNotifier:
+class EmailNotifier(AwsNotifier):
     """Emails notifications through SES, one message (and one magic link) per recipient."""
+
+    service = "ses"
 
     def __init__(
         self,
@@ -164,29 +174,18 @@ class EmailNotifier:
             raise ConfigError("notifier email: the public URL must be an absolute http:// or https:// URL")
         if link_ttl <= 0:
             raise ConfigError("notifier email: link_ttl must be positive")
+        super().__init__(region=region, client=client)
         self.recipients = list(recipients)
         self.sender = sender
         self.public_url = public_url.rstrip("/")
         self.link_ttl = link_ttl
         self._secret = secret
         self._clock = clock
-        self._region = region
         self._configuration_set = configuration_set
-        self._client = client
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         """Show sender and recipients, never the secret."""
         return f"EmailNotifier(from={self.sender!r}, to={self.recipients!r})"
-
-    def client(self) -> Any:
-        """The SES client, created on first use."""
-        with self._lock:
-            if self._client is None:
-                import boto3
-
-                self._client = boto3.client("ses", region_name=self._region, config=client_config())
-            return self._client
 
     # -- composing ------------------------------------------------------------------------------
 
@@ -334,8 +333,6 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     ``configuration_set``. The magic-link secret is always ``LOOPENGINE_MAGIC_LINK_SECRET``: the
     ``/magic`` pages verify tokens with it, so a token signed with anything else could never open.
     """
-    from loopengine.notify.channels import setting
-
     if "magic_link_secret_env" in config or "secret_env" in config:
         raise ConfigError(
             f"notifier email: magic links are always signed with {magic.SECRET_ENV} "
@@ -343,11 +340,7 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
         )
     check_keys(config, "email", KNOWN_KEYS)
     recipients = _recipients(config, env)
-    sender = setting(config, env, "from", ENV_SENDER)
-    if not sender:
-        named = config.get("from_env") or ENV_SENDER
-        raise ConfigError(f"notifier email: needs from (or from_env; {named} is not set)")
-    sender = _address(sender, "from")
+    sender = _address(required_setting(config, env, "email", "from", ENV_SENDER), "from")
     public_url = setting(config, env, "public_url", ENV_PUBLIC_URL)
     if not public_url:
         named = config.get("public_url_env") or ENV_PUBLIC_URL

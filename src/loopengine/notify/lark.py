@@ -50,7 +50,8 @@ route (Slack's is the one interactive channel), so the buttons here are plain li
 Everything the model wrote (arguments, reason, question, final text) goes into ``plain_text``
 elements, never ``lark_md``, so it cannot mention people (``<at ...>``) or add links.
 
-httpx is imported on first send; each send uses its own short-lived client.
+The POST itself is :func:`loopengine.notify.http.post` (httpx imported on first send, a
+short-lived client per send).
 """
 
 from __future__ import annotations
@@ -61,18 +62,18 @@ import hmac
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from loopengine import magic
 from loopengine.clock import Clock
 from loopengine.errors import ConfigError, DeliveryError
+from loopengine.notify import http
+from loopengine.notify.channels import clip, secret, text_of
 from loopengine.ports import Notification
 
 if TYPE_CHECKING:
     import httpx
 
 USER_AGENT = "loopengine-lark/0.1"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_LINK_TTL = 7 * 24 * 3600
 TEXT_LIMIT = 4000
 """Characters per card text element (Lark limits a whole card to about 30 KB)."""
@@ -90,35 +91,16 @@ def _check_url(url: str) -> str:
 
     The messages never quote the URL: its path is the bot's token.
     """
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises ValueError for a non-numeric or out-of-range port
-    except ValueError:
-        raise ConfigError("notifier lark: the webhook URL is not a valid URL") from None
-    host = (parts.hostname or "").lower()
-    if not host or parts.username is not None or parts.password is not None:
-        raise ConfigError("notifier lark: the webhook URL must be an absolute https:// URL")
-    if not (parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS)):
-        raise ConfigError(
-            "notifier lark: the webhook URL must be https:// (http:// only to 127.0.0.1 or localhost)"
-        )
-    shown = f"[{host}]" if ":" in host else host
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"{parts.scheme}://{shown}{port}"
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def _clip(text: str, limit: int = TEXT_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    subject = "notifier lark: the webhook URL"
+    parts = http.split_url(url, subject, ConfigError)
+    if not parts.hostname or http.has_credentials(parts):
+        raise ConfigError(f"{subject} must be an absolute https:// URL")
+    http.require_https(parts, subject, ConfigError)
+    return http.origin(url)
 
 
 def _plain(text: str) -> dict[str, Any]:
-    return {"tag": "plain_text", "content": _clip(text)}
+    return {"tag": "plain_text", "content": clip(text, TEXT_LIMIT)}
 
 
 def _div(text: str) -> dict[str, Any]:
@@ -136,13 +118,16 @@ def _button(label: str, url: str, kind: str) -> dict[str, Any]:
 def _card(title: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "config": {"wide_screen_mode": True},
-        "header": {"template": template, "title": {"tag": "plain_text", "content": _clip(title, 200)}},
+        "header": {"template": template, "title": {"tag": "plain_text", "content": clip(title, 200)}},
         "elements": elements,
     }
 
 
-class LarkNotifier:
-    """Posts notifications as cards to one Lark/Feishu custom bot webhook (a ``Notifier``)."""
+class LarkNotifier(http.HttpNotifier):
+    """Posts notifications as cards to one Lark/Feishu custom bot webhook (a ``Notifier``).
+
+    Its destination is ``"lark <scheme://host>"``: the URL's path is the bot's token.
+    """
 
     def __init__(
         self,
@@ -164,38 +149,26 @@ class LarkNotifier:
         is not https (or http to a loopback host), half a magic-link setup, or a non-positive
         timeout or link lifetime.
         """
-        self._host = _check_url(webhook_url)
+        host = _check_url(webhook_url)
         if secret is not None and not secret:
             raise ConfigError("notifier lark: the signing secret must not be empty")
         if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
             raise ConfigError("notifier lark: magic links need both a secret and a recipient")
         if timeout <= 0 or link_ttl <= 0:
             raise ConfigError("notifier lark: timeout and magic_link_ttl_seconds must be positive")
-        self._url = webhook_url
+        super().__init__(webhook_url, f"lark {host}", timeout=timeout, transport=transport)
         self._secret = secret
         self._magic_secret = magic_secret
         self._magic_recipient = magic_recipient
         self._link_ttl = link_ttl
         self._clock = clock
-        self._timeout = timeout
-        self._transport = transport
-        self._where = f"lark {self._host}"
-
-    @property
-    def destination(self) -> str:
-        """``"lark <scheme://host>"``: safe to log (the URL's path is the bot's token)."""
-        return self._where
-
-    def __repr__(self) -> str:
-        """Show the host, never the URL's token or the secrets."""
-        return f"LarkNotifier({self._where!r})"
 
     # -- the card ---------------------------------------------------------------------------
 
     def _link(self, payload: Mapping[str, Any]) -> tuple[str | None, str]:
         """Where the buttons go, and the note that says what they do."""
-        pending_id = _text(payload.get("pendingId"))
-        resolve_url = _text(payload.get("resolveUrl"))
+        pending_id = text_of(payload.get("pendingId"))
+        resolve_url = text_of(payload.get("resolveUrl"))
         if self._magic_secret is not None and self._magic_recipient is not None and pending_id:
             # resolveUrl is <public_url>/pending-{approvals,questions}/<id>/...: the magic page
             # lives under the same public URL
@@ -216,16 +189,16 @@ class LarkNotifier:
 
     def card(self, event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The card for one notification; ValueError for an unknown event or unusable payload."""
-        agent = _text(payload.get("agent")) or "?"
-        pending_id = _text(payload.get("pendingId"))
+        agent = text_of(payload.get("agent")) or "?"
+        pending_id = text_of(payload.get("pendingId"))
         if event == "approval":
-            tool = _text(payload.get("tool"))
+            tool = text_of(payload.get("tool"))
             args = payload.get("args")
             if not pending_id or not tool or not isinstance(args, dict):
                 raise ValueError("an approval notification needs pendingId, tool and args")
             url, how = self._link(payload)
             elements = []
-            reason = _text(payload.get("reason"))
+            reason = text_of(payload.get("reason"))
             if reason:
                 elements.append(_div(reason))
             shown = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False, default=str)
@@ -239,22 +212,22 @@ class LarkNotifier:
             if not pending_id:
                 raise ValueError("a question notification needs a pendingId")
             url, how = self._link(payload)
-            elements = [_div(_text(payload.get("question")))]
+            elements = [_div(text_of(payload.get("question")))]
             options = payload.get("options")
             if isinstance(options, list) and options:
-                elements.append(_div("Options:\n" + "\n".join(f"• {_text(o)}" for o in options)))
+                elements.append(_div("Options:\n" + "\n".join(f"• {text_of(o)}" for o in options)))
             if url is not None:
                 elements.append({"tag": "action", "actions": [_button("Answer…", url, "primary")]})
             elements.append(_note(f"{how} Agent {agent}, pendingId {pending_id}"))
             return _card(f"Question from {agent}", "blue", elements)
-        turn = _text(payload.get("turnId"))
+        turn = text_of(payload.get("turnId"))
         if event == "run_start":
-            trigger = _text(payload.get("trigger")) or "message"
+            trigger = text_of(payload.get("trigger")) or "message"
             return _card(f"Run started: {agent}", "grey", [_note(f"Trigger {trigger}, turn {turn}")])
         if event == "run_finish":
-            stop = _text(payload.get("stopReason")) or "finished"
+            stop = text_of(payload.get("stopReason")) or "finished"
             elements = []
-            final = _text(payload.get("text")).strip()
+            final = text_of(payload.get("text")).strip()
             if final:
                 elements.append(_div(final))
             elements.append(_note(f"Stop reason {stop}, turn {turn}"))
@@ -264,18 +237,9 @@ class LarkNotifier:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _scrub(self, text: str) -> str:
-        """``text`` without the URL, its token path or the secrets, however they got in."""
-        path = urlsplit(self._url).path
-        for hidden in (self._url, self._secret, self._magic_secret):
-            if hidden:
-                text = text.replace(hidden, "[redacted]")
-        if len(path) > 1:
-            text = text.replace(path, "/[redacted]")
-        return text
-
     def _fail(self, text: str) -> DeliveryError:
-        return DeliveryError(self._scrub(text))
+        """A DeliveryError without the URL, its token path or the secrets, however they got in."""
+        return DeliveryError(http.scrub(text, self._secret, self._magic_secret, url=self._url))
 
     def send(self, notification: Notification) -> str:
         """Post the card; return ``"lark <scheme://host>"`` once Lark answers ``code`` 0.
@@ -291,25 +255,12 @@ class LarkNotifier:
                 body["sign"] = sign(self._secret, timestamp)
             body["msg_type"] = "interactive"
             body["card"] = self.card(notification.event, notification.payload)
-            content = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            content = http.compact_json(body)
         except (TypeError, ValueError) as exc:
             raise self._fail(f"{self._where}: cannot post this {notification.event}: {exc}") from None
-        headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT}
-
-        import httpx  # deferred: keep `import loopengine.notify.lark` cheap
-
-        try:
-            with httpx.Client(
-                timeout=self._timeout, transport=self._transport, follow_redirects=False
-            ) as client:
-                response = client.post(self._url, content=content.encode("utf-8"), headers=headers)
-        except httpx.TimeoutException as exc:
-            # `from None`: the httpx exception carries the request, and with it the URL
-            raise self._fail(
-                f"{self._where} timed out after {self._timeout:g} s ({type(exc).__name__})"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise self._fail(f"{self._where} failed: {type(exc).__name__}: {exc}") from None
+        headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
+        # not chained: the httpx exception carries the request, and with it the URL
+        response = self._post(content, headers, target=self._where)
         try:
             answer = response.json()
         except ValueError:
@@ -322,9 +273,8 @@ class LarkNotifier:
             if isinstance(msg, str) and msg.isprintable():
                 said = f" {msg[:_MAX_DETAIL]}"
         if not response.is_success:
-            phrase = f" {response.reason_phrase}" if response.reason_phrase else ""
             detail = f" (code {code}{said})" if isinstance(code, int) else ""
-            raise self._fail(f"{self._where} answered {response.status_code}{phrase}{detail}")
+            raise self._fail(f"{self._where} answered {http.status(response)}{detail}")
         if not isinstance(code, int) or isinstance(code, bool):
             raise self._fail(f"{self._where} answered {response.status_code} without Lark's JSON")
         if code != 0:
@@ -339,8 +289,6 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     are a :class:`~loopengine.errors.ConfigError`. ``magic_link_recipient`` needs
     ``LOOPENGINE_MAGIC_LINK_SECRET`` set (the secret ``/magic/{token}`` verifies with).
     """
-    from loopengine.notify.channels import secret
-
     webhook_url = secret(config, env, "webhook_url", "lark").strip()
     signing = (
         secret(config, env, "secret", "lark") if ("secret" in config or "secret_env" in config) else None

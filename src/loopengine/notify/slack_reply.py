@@ -10,62 +10,42 @@ so it is never put in an error message: failures name only ``scheme://host[:port
 ``https://`` URLs are accepted, plus ``http://`` to a loopback host (``127.0.0.1``, ``localhost``,
 ``::1``) for local receivers in tests and development. Redirects are not followed.
 
-httpx is imported on first send, like :mod:`loopengine.notify.webhook`, so importing this module
-stays cheap. Each send uses its own short-lived client.
+The POST itself is :func:`loopengine.notify.http.post` (httpx imported on first send, a
+short-lived client per send).
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from loopengine.errors import DeliveryError
+from loopengine.notify import http
 
 if TYPE_CHECKING:
     import httpx
 
 USER_AGENT = "loopengine-slack/0.1"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+SUBJECT = "Slack response_url"
 _MAX_DETAIL = 80  # characters of Slack's answer body quoted in an error (e.g. "expired_url")
-
-
-def _target(response_url: str) -> str:
-    """``scheme://host[:port]`` of a checked URL: safe to log (the path carries the credential)."""
-    parts = urlsplit(response_url)
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"Slack response_url {parts.scheme}://{host}{port}"
 
 
 def _check_url(response_url: str) -> str:
     """The URL's loggable target; DeliveryError unless it is https, or http to a loopback host."""
     if not isinstance(response_url, str) or not response_url:
-        raise DeliveryError("Slack response_url is empty")
-    try:
-        parts = urlsplit(response_url)
-        _ = parts.port  # raises ValueError for a non-numeric or out-of-range port
-    except ValueError:
-        raise DeliveryError("Slack response_url is not a valid URL") from None
-    host = (parts.hostname or "").lower()
-    if not host:
-        raise DeliveryError("Slack response_url must be an absolute https:// URL")
-    if parts.username is not None or parts.password is not None:
-        raise DeliveryError("Slack response_url must not carry credentials")
-    if parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS):
-        return _target(response_url)
-    raise DeliveryError("Slack response_url must be https:// (http:// only to 127.0.0.1 or localhost)")
+        raise DeliveryError(f"{SUBJECT} is empty")
+    parts = http.split_url(response_url, SUBJECT, DeliveryError)
+    if not parts.hostname:
+        raise DeliveryError(f"{SUBJECT} must be an absolute https:// URL")
+    if http.has_credentials(parts):
+        raise DeliveryError(f"{SUBJECT} must not carry credentials")
+    http.require_https(parts, SUBJECT, DeliveryError)
+    # the path carries the credential: name only scheme://host[:port]
+    return f"{SUBJECT} {http.origin(response_url)}"
 
 
 def _scrub(text: str, response_url: str) -> str:
     """``text`` with the URL and its path (the credential) removed, however they got in."""
-    path = urlsplit(response_url).path
-    text = text.replace(response_url, "[response_url]")
-    if len(path) > 1:
-        text = text.replace(path, "/[redacted]")
-    return text
+    return http.scrub(text, url=response_url, url_mark="[response_url]")
 
 
 def post_reply(
@@ -86,24 +66,20 @@ def post_reply(
     if timeout <= 0:
         raise ValueError("timeout must be positive")
     try:
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        body = http.compact_json(message)
     except (TypeError, ValueError) as exc:
         raise DeliveryError(f"the Slack reply is not JSON-serialisable: {exc}") from None
-    headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT}
-
-    import httpx  # deferred: keep `import loopengine.notify.slack_reply` cheap
-
-    try:
-        with httpx.Client(timeout=timeout, transport=transport, follow_redirects=False) as client:
-            response = client.post(response_url, content=body.encode("utf-8"), headers=headers)
-    except httpx.TimeoutException as exc:
-        # `from None`: the httpx exception carries the request, and with it the URL
-        raise DeliveryError(f"{target} timed out after {timeout:g} s ({type(exc).__name__})") from None
-    except httpx.HTTPError as exc:
-        detail = _scrub(str(exc), response_url)
-        raise DeliveryError(f"{target} failed: {type(exc).__name__}: {detail}") from None
+    headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
+    response = http.post(
+        response_url,
+        body,
+        headers,
+        target=target,
+        timeout=timeout,
+        transport=transport,
+        detail=lambda text: _scrub(text, response_url),
+    )
     if not response.is_success:
-        phrase = f" {response.reason_phrase}" if response.reason_phrase else ""
         said = _scrub(response.text.strip()[:_MAX_DETAIL], response_url)
         said = f" ({said})" if said and said.isprintable() else ""
-        raise DeliveryError(f"{target} answered {response.status_code}{phrase}{said}")
+        raise DeliveryError(f"{target} answered {http.status(response)}{said}")

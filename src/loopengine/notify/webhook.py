@@ -12,13 +12,14 @@ notify. Each send uses its own short-lived client, so nothing is left open betwe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from loopengine.clock import Clock
 from loopengine.errors import ConfigError, DeliveryError
+from loopengine.notify import http
+from loopengine.notify.channels import notification_body, secret, setting
 from loopengine.notify.signing import sign, signature_header
 from loopengine.ports import Notification
 
@@ -32,16 +33,14 @@ ENV_SECRET = "LOOPENGINE_DEFAULT_WEBHOOK_SECRET"
 
 def _display_url(url: str) -> str:
     """``scheme://host[:port]/path``: the URL without credentials, query or fragment."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"{parts.scheme}://{host}{port}{parts.path or '/'}"
+    return f"{http.origin(url)}{urlsplit(url).path or '/'}"
 
 
-class WebhookNotifier:
-    """Delivers notifications as HMAC-signed JSON POSTs to one URL (a ``Notifier``)."""
+class WebhookNotifier(http.HttpNotifier):
+    """Delivers notifications as HMAC-signed JSON POSTs to one URL (a ``Notifier``).
+
+    Its destination is the URL without credentials, query or fragment.
+    """
 
     def __init__(
         self,
@@ -69,37 +68,13 @@ class WebhookNotifier:
             raise ConfigError("webhook secret must not be empty")
         if timeout <= 0:
             raise ConfigError("webhook timeout must be positive")
-        self._url = url
+        super().__init__(url, _display_url(url), timeout=timeout, transport=transport)
         self._secret = secret
         self._clock = clock
-        self._timeout = timeout
-        self._transport = transport
-        self._display = _display_url(url)
-
-    @property
-    def destination(self) -> str:
-        """Where this notifier posts, safe to log (no credentials, query or fragment)."""
-        return self._display
-
-    def __repr__(self) -> str:
-        """Show the destination, never the secret."""
-        return f"WebhookNotifier({self._display!r})"
-
-    def _body(self, notification: Notification) -> bytes:
-        """Serialise once; ``notification.event`` wins over an ``event`` key in the payload."""
-        document: dict[str, Any] = {"event": notification.event}
-        document.update((k, v) for k, v in notification.payload.items() if k != "event")
-        try:
-            text = json.dumps(document, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise DeliveryError(
-                f"{notification.event} notification payload is not JSON-serialisable: {exc}"
-            ) from exc
-        return text.encode("utf-8")
 
     def _fail(self, message: str) -> DeliveryError:
         """A DeliveryError whose message is scrubbed of the secret, however it got there."""
-        return DeliveryError(message.replace(self._secret, "[redacted]"))
+        return DeliveryError(http.scrub(message, self._secret))
 
     def send(self, notification: Notification) -> str:
         """POST the signed notification; return ``"webhook <url> (<status>)"`` on 2xx.
@@ -111,36 +86,22 @@ class WebhookNotifier:
             header = signature_header(notification.event)
         except ValueError as exc:
             raise self._fail(str(exc)) from exc
-        body = self._body(notification)
+        body = notification_body(notification).encode("utf-8")  # serialised once, then signed
         timestamp = int(self._clock.now())
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             header: sign(self._secret, body, timestamp),
         }
-
-        import httpx  # deferred: keep `import loopengine.notify.webhook` cheap
-
-        target = f"webhook {self._display}"
-        try:
-            with httpx.Client(
-                timeout=self._timeout, transport=self._transport, follow_redirects=False
-            ) as client:
-                response = client.post(self._url, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise self._fail(f"{target} timed out after {self._timeout:g} s ({type(exc).__name__})") from exc
-        except httpx.HTTPError as exc:
-            raise self._fail(f"{target} failed: {type(exc).__name__}: {exc}") from exc
+        target = f"webhook {self._where}"
+        response = self._post(body, headers, target=target, chain=True)
         if not response.is_success:
-            phrase = f" {response.reason_phrase}" if response.reason_phrase else ""
-            raise self._fail(f"{target} answered {response.status_code}{phrase}")
+            raise self._fail(f"{target} answered {http.status(response)}")
         return f"{target} ({response.status_code})"
 
 
 def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> WebhookNotifier:
     """An agent's own webhook: ``{url | url_env, secret_env}`` (the secret only from the env)."""
-    from loopengine.notify.channels import secret, setting
-
     url = setting(config, env, "url")
     if not url:
         raise ConfigError("notifier webhook: needs url (or url_env naming a set variable)")

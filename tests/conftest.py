@@ -1,0 +1,88 @@
+"""Fixtures shared by the handler tests: an engine installed for the handlers, and its environment.
+
+``install_root`` builds the bundled agents the way a deployment does (:func:`handlers.root.build`);
+``install_harness`` builds agents defined in the test on a :mod:`tests.harness` Harness. Both set
+:data:`HANDLER_ENV` (and clear what would change the routes' behaviour), install the engine with
+``root.install`` for the handlers, and afterwards uninstall it and close its stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from handlers import root
+from loopengine.agent import AgentConfig
+from loopengine.engine import Engine
+from loopengine.ports import ModelClient, ResumeInvoker
+from tests.handler_support import InstallRoot
+from tests.harness import Build, Harness, make_harness
+
+HANDLER_ENV = {
+    "LOOPENGINE_ADMIN_AUTH": "admin:secret",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_NAMESPACE": "loopengine-test",
+}
+UNSET = ("LOOPENGINE_TABLE", "LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_ALLOW_ANONYMOUS")
+"""Variables that would pick DynamoDB, add a default webhook or open the routes to anyone."""
+
+
+@pytest.fixture
+def handler_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Set HANDLER_ENV (admin:secret, quiet Powertools) and unset UNSET; return what was set."""
+    for name in UNSET:
+        monkeypatch.delenv(name, raising=False)
+    for key, value in HANDLER_ENV.items():
+        monkeypatch.setenv(key, value)
+    return dict(HANDLER_ENV)
+
+
+@pytest.fixture
+def install_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handler_env: dict[str, str]
+) -> Iterator[InstallRoot]:
+    """``install_root(invoker, **env)``: the bundled agents built by ``root.build``, installed.
+
+    SQLite in tmp_path, the scripted model, and ``env`` on top of the handlers' environment (all
+    also set in ``os.environ``); the engine's resume invoker is replaced by ``invoker(engine)``.
+    """
+    built: list[Engine] = []
+
+    def make(invoker: Callable[[Engine], ResumeInvoker], **extra: str) -> Engine:
+        env = {
+            **handler_env,
+            "LOOPENGINE_DB": str(tmp_path / f"root{len(built)}.db"),
+            "LOOPENGINE_MODEL": "scripted",
+            **extra,
+        }
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        engine = root.build(env)
+        built.append(engine)
+        engine.rt.invoker = invoker(engine)
+        root.install(engine)
+        return engine
+
+    yield make
+    root.install(None)
+    for engine in built:
+        engine.rt.stores.close()
+
+
+@pytest.fixture
+def install_harness(tmp_path: Path, handler_env: dict[str, str]) -> Iterator[Build]:
+    """``install_harness(*configs, model=..., inline=True)``: a Harness on SQLite in tmp_path, installed."""
+    made: list[Harness] = []
+
+    def make(*configs: AgentConfig, model: ModelClient, inline: bool = True) -> Harness:
+        h = make_harness(tmp_path / f"harness{len(made)}.db", *configs, model=model, inline=inline)
+        made.append(h)
+        root.install(h.engine)
+        return h
+
+    yield make
+    root.install(None)
+    for h in made:
+        h.rt.stores.close()
