@@ -828,7 +828,7 @@ def test_a_click_after_expiry_says_nobody_answered(build: Build, swept: bool) ->
     turn_id, pending = park(h)
     h.clock.advance(3601)
     if swept:
-        assert h.engine.sweep() == 1
+        assert h.engine.sweep().expired == 1
     assert click(f"approve:{pending}") == (200, replaced("Expired: nobody answered in time"))
     assert calls.count("gated") == 0
     assert h.engine.turn(turn_id).status is TurnStatus.FINISHED

@@ -451,6 +451,60 @@ def test_expiry_wording_names_the_configured_ttl(build: Build, on_expiry: str) -
     assert "nobody answered within 72h" in result["reason"], result["reason"]
 
 
+# --- 6b. sweep recovers turns whose runner died --------------------
+
+
+class Died(BaseException):
+    """The process running the turn dies here (no ``except Exception`` in the library catches it)."""
+
+
+def dies_first_time(calls: Calls, name: str) -> Any:
+    """A tool that records each execution and kills its process the first time it runs."""
+    state = {"died": False}
+
+    def fn(args: dict[str, Any]) -> Any:
+        if not state["died"]:
+            state["died"] = True
+            raise Died(f"{name} took its process down")
+        return {"ok": True}
+
+    return calls.tool(name, fn=fn)
+
+
+def test_the_sweep_hands_on_a_turn_whose_runner_died_mid_batch(build: Build) -> None:
+    # GIVEN a turn whose process died running the first of two allowed calls
+    calls = Calls()
+    model = ScriptedModel.from_list(
+        [call(use("free", {"x": 1}, id="f1"), use("free", {"x": 2}, id="f2")), say("One is unconfirmed.")]
+    )
+    cfg = agent(AGENT, [dies_first_time(calls, "free")], RULES)
+    h = build(cfg, model=model)
+    with pytest.raises(Died):
+        post_message("do two free things")
+    turn_id = h.notifier.events("run_start")[0]["turnId"]
+    stuck = h.engine.turn(turn_id)
+    assert stuck.status is TurnStatus.RUNNING
+    # WHEN the sweep runs while its lease still holds, nothing is taken over (the runner may be alive)
+    h.clock.advance(h.rt.lease_seconds - 1)
+    assert sweep() == {"swept": 0}
+    assert h.engine.turn(turn_id) == stuck and len(model.requests) == 1
+    # WHEN the lease has run out
+    h.clock.advance(2)
+    assert sweep() == {"swept": 0, "recovered": 1}
+    # THEN the turn was continued from its records and finished
+    record = h.engine.turn(turn_id)
+    assert record.status is TurnStatus.FINISHED and record.stop_reason is StopReason.END_TURN
+    # AND the call that had started is reported unknown and was not run again; the other one ran
+    assert calls.log == [("free", {"x": 1}), ("free", {"x": 2})]
+    [unknown, ran] = results_of(h, stuck.session_id, "free")
+    assert unknown["status"] == "unknown" and ran == {"ok": True}
+    assert len(model.requests) == 2
+    assert_valid(h, stuck.session_id)
+    # AND a later sweep finds nothing left to recover
+    h.clock.advance(h.rt.lease_seconds + 1)
+    assert sweep() == {"swept": 0}
+
+
 # --- 7. resolve expiry -------------------------------------------
 
 

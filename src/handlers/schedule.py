@@ -3,6 +3,10 @@
 A rule's ``Input`` is delivered as the event: ``{"agent", "message", "sessionId"?, "tenant"?}``.
 The turn runs with ``trigger: "schedule"`` (run_start / run_finish carry it) and, past its time
 budget, is handed to the resume worker like any other turn.
+
+``{"action": "sweep"}`` expires due pending items and hands running turns whose lease expired to the
+resume worker; it returns ``{"swept": <items expired>}`` plus ``"recovered": <turns handed on>``
+when there were any.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and event.get("action") == "sweep":
         # Expiry is a policy decided here (pending_ttl / on_expiry), never by DynamoDB TTL,
         # which only removes long-dead records.
+        # It also hands on running turns whose lease expired (their runner died).
         try:
-            swept = root.engine().sweep()
+            done = root.engine().sweep()
         finally:
             flush()
-        logger.info("expiry sweep", extra={"expired": swept})
-        return {"swept": swept}
+        logger.info("sweep", extra={"expired": done.expired, "recovered": done.recovered})
+        swept: dict[str, Any] = {"swept": done.expired}
+        if done.recovered:
+            swept["recovered"] = done.recovered
+        return swept
     if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
         logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
         return {"started": False, "error": "schedule input needs 'agent' and 'message'"}

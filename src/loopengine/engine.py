@@ -184,8 +184,8 @@ class Engine:
         by = {**decider.record(), "decidedBy": decider.identity}
         return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
 
-    def sweep(self) -> int:
-        """Expire pending items past their ``pending_ttl``; returns how many expired."""
+    def sweep(self) -> lifecycle.SweepResult:
+        """Expire pending items past their ``pending_ttl`` and hand on turns whose lease expired."""
         return lifecycle.sweep(self.rt)
 
     def turn(self, turn_id: str) -> TurnRecord:

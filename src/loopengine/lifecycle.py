@@ -12,7 +12,7 @@ delivery, a late click or a second stop request finds nothing to do.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine import checkpoint as cps
@@ -143,15 +143,32 @@ def expire_due(rt: Runtime, cp: TurnCheckpoint) -> TurnCheckpoint:
     return after
 
 
-def sweep(rt: Runtime) -> int:
-    """Expire every due pending item (the schedule Lambda runs this); returns how many expired."""
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did: pending items it expired, stale running turns it handed on."""
+
+    expired: int = 0
+    recovered: int = 0
+
+
+def sweep(rt: Runtime) -> SweepResult:
+    """The schedule Lambda's periodic pass: expire due pending items, hand on orphaned turns.
+
+    A running turn whose lease ran out lost its runner (a Lambda timeout or crash): it is handed to
+    the resume invoker, which continues it from its records (a call started but never finished is
+    reported ``unknown``, never re-run). The claim in :func:`resume_turn` is a compare-and-set, so
+    a turn handed on twice, or one whose runner was merely slow, still runs once.
+    """
     now = rt.stores.clock.now()
-    count = 0
+    expired = 0
     for cp in rt.stores.checkpoints.list_open():
         due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
         if due:
-            count += len(cp.outstanding) - len(expire_due(rt, cp).outstanding)
-    return count
+            expired += len(cp.outstanding) - len(expire_due(rt, cp).outstanding)
+    stale = rt.stores.turns.expired_leases(now)
+    for turn in stale:
+        rt.invoker.invoke(turn.turn_id, turn.code_version)
+    return SweepResult(expired, len(stale))
 
 
 def _recover_stale(rt: Runtime, cp: TurnCheckpoint) -> TurnCheckpoint:

@@ -75,6 +75,14 @@ class TurnStore(Protocol):
         """Every turn of a session, oldest first."""
         ...
 
+    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Up to ``limit`` running turns whose ``lease_until`` is before ``now``, oldest lease first.
+
+        Their runner died (or stalled): the sweep hands each to the resume invoker. The list may
+        be slightly stale (an eventually consistent index); the claim that follows re-checks.
+        """
+        ...
+
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event (it carries ``type`` and ``at``)."""
         ...

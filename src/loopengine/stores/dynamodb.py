@@ -16,7 +16,9 @@ messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the mess
                                                                   (one per item unless an append
                                                                   brings more than 99)
 session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
-turn             ``TURN#<tid>``     ``TURN``                      version, body
+turn             ``TURN#<tid>``     ``TURN``                      version, body; while running:
+                                                                  gsi1pk ``RUNNING``, gsi1sk
+                                                                  ``<t leaseUntil>#<tid>``
 audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
                                                                   event counter, r: 24 random bits)
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
@@ -26,9 +28,11 @@ blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, 
 
 *body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
 :mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
-sparse: only open checkpoints carry its keys, so closing one drops it from the index. All open
-checkpoints share the partition ``OPEN`` (ordered by creation time); ``list_open`` narrows by agent
-and tenant with a FilterExpression on the ``agent``/``tenant`` attributes.
+sparse: only open checkpoints and running turns carry its keys, so closing a checkpoint or moving a
+turn out of running drops it from the index. All open checkpoints share the partition ``OPEN``
+(ordered by creation time); ``list_open`` narrows by agent and tenant with a FilterExpression on the
+``agent``/``tenant`` attributes. Running turns share the partition ``RUNNING`` (ordered by lease);
+``expired_leases`` reads the keys below ``<t now>#``.
 
 Guarantees, and how:
 
@@ -39,7 +43,7 @@ Guarantees, and how:
 - An append is one transaction: the head's ``length`` must equal ``expected_len`` and each new
   message item must be absent; the loser learns the current length from the head's ALL_OLD.
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
-  strongly consistent; only ``list_open`` (``gsi1``) is eventually consistent.
+  strongly consistent; only ``list_open`` and ``expired_leases`` (``gsi1``) are eventually consistent.
 
 TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
 records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
@@ -74,7 +78,7 @@ from loopengine.stores.dynamodb_table import (
     create_table,
     version_is,
 )
-from loopengine.turns import CallRecord, TurnRecord
+from loopengine.turns import CallRecord, TurnRecord, TurnStatus
 
 _EVENT_COUNTER = itertools.count(1)
 
@@ -251,6 +255,16 @@ class DynamoTurnStore(DynamoStore):
         turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
+    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Running turns whose lease ended before ``now``, oldest lease first (eventually consistent).
+
+        A turn renewed or finished since the index was updated is left out after reading it back.
+        """
+        items = self.table.query("RUNNING", index=True, below=f"{sortable(now)}#", Limit=limit)
+        found = (TurnRecord.from_dict(self.table.decode(i)) for i in items)
+        stale = (t for t in found if t.status is TurnStatus.RUNNING and t.lease_until < now)
+        return list(itertools.islice(stale, limit))
+
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event in one PutItem, ordered by its time.
 
@@ -311,7 +325,11 @@ class DynamoTurnStore(DynamoStore):
         return self._read(f"CONFIG#{config_hash}", "CONFIG", dict)
 
     def _turn_item(self, turn: TurnRecord) -> Item:
-        return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), {"version": n(turn.version)})
+        attributes = {"version": n(turn.version)}
+        if turn.status is TurnStatus.RUNNING:  # a put replaces the whole item: otherwise unlisted
+            listed = f"{sortable(turn.lease_until)}#{turn.turn_id}"
+            attributes |= {"gsi1pk": s("RUNNING"), "gsi1sk": s(listed)}
+        return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
 
     def _call_item(self, call: CallRecord) -> Item:
         return self._item(f"TURN#{call.turn_id}", f"CALL#{call.tool_use_id}", call.to_dict(), self._ttl())

@@ -240,17 +240,28 @@ class DynamoTable:
                 _backoff(attempt)
 
     def query(
-        self, pk: str, prefix: str | None = None, *, index: bool = False, **extra: Any
+        self,
+        pk: str,
+        prefix: str | None = None,
+        *,
+        index: bool = False,
+        below: str | None = None,
+        **extra: Any,
     ) -> Iterator[Item]:
         """Every item of a partition (or of ``gsi1``) whose sort key starts with ``prefix``, in order.
 
-        Base-table queries are strongly consistent; ``gsi1`` can only be read eventually consistent.
-        ``extra`` adds request parameters (a FilterExpression and its placeholders).
+        ``below`` instead selects the sort keys less than it. Base-table queries are strongly
+        consistent; ``gsi1`` can only be read eventually consistent. ``extra`` adds request
+        parameters (a FilterExpression and its placeholders, a page ``Limit``).
         """
         hash_key, range_key = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
-        condition = "#pk = :pk" + (" AND begins_with(#sk, :prefix)" if prefix else "")
-        names = {"#pk": hash_key, **({"#sk": range_key} if prefix else {}), **extra.pop("names", {})}
-        values = {":pk": s(pk), **({":prefix": s(prefix)} if prefix else {}), **extra.pop("values", {})}
+        condition, bound = "#pk = :pk", {}
+        if prefix is not None:
+            condition, bound = condition + " AND begins_with(#sk, :sk)", {":sk": s(prefix)}
+        elif below is not None:
+            condition, bound = condition + " AND #sk < :sk", {":sk": s(below)}
+        names = {"#pk": hash_key, **({"#sk": range_key} if bound else {}), **extra.pop("names", {})}
+        values = {":pk": s(pk), **bound, **extra.pop("values", {})}
         params: dict[str, Any] = {
             "TableName": self.name,
             "KeyConditionExpression": condition,

@@ -7,7 +7,9 @@ atomic across threads *and* processes on one machine; a writer that finds the lo
 the busy timeout, then fails with :class:`~loopengine.errors.StoreError`.
 
 Records are stored as their JSON ``to_dict`` form in ``body``; the columns beside it (see
-``_SCHEMA``) exist only to filter, order or compare. A session is one row per message, so an append
+``_SCHEMA``) exist only to filter, order or compare; ``running_turns`` lists the running turns
+by lease, kept in step with ``turns`` in the same transaction (a table of its own, so a database
+made before it existed keeps working). A session is one row per message, so an append
 never rewrites history; a tool call's row is its claim that it runs at most once.
 """
 
@@ -28,7 +30,7 @@ from loopengine.clock import Clock
 from loopengine.errors import AlreadyExists, ConfigError, StoreError, VersionConflict
 from loopengine.messages import Message
 from loopengine.ports import JsonDict, Stores
-from loopengine.turns import CallRecord, TurnRecord
+from loopengine.turns import CallRecord, TurnRecord, TurnStatus
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
@@ -42,6 +44,8 @@ CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, seq INTEGER NOT N
 CREATE TABLE IF NOT EXISTS turns (turn_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
     created_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id, created_at);
+CREATE TABLE IF NOT EXISTS running_turns (turn_id TEXT PRIMARY KEY, lease_until REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS running_turns_by_lease ON running_turns (lease_until, turn_id);
 CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
     turn_id TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turn_events_by_turn ON turn_events (turn_id, seq);
@@ -301,6 +305,7 @@ class SqliteTurnStore(_SqliteStore):
                 _insert(conn, "turns", _turn_row(turn))
             except sqlite3.IntegrityError as exc:
                 raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
+            _track_lease(conn, turn)
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
@@ -313,12 +318,21 @@ class SqliteTurnStore(_SqliteStore):
         with self.db.write() as conn:
             row = _turn_row(stored)
             _compare_and_set(conn, "turns", "turn_id", row, turn.version, TurnRecord.from_dict)
+            _track_lease(conn, stored)
         return stored
 
     def session_turns(self, session_id: str) -> list[TurnRecord]:
         """Every turn of a session, oldest first."""
         sql = "SELECT body FROM turns WHERE session_id = ? ORDER BY created_at, rowid"
         return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (session_id,))]
+
+    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Running turns whose lease ended before ``now``, oldest lease first (ties by turn id)."""
+        sql = (
+            "SELECT t.body FROM running_turns r JOIN turns t ON t.turn_id = r.turn_id"
+            " WHERE r.lease_until < ? ORDER BY r.lease_until, r.turn_id LIMIT ?"
+        )
+        return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event."""
@@ -377,6 +391,16 @@ _ON_CALL_CONFLICT = "ON CONFLICT (turn_id, tool_use_id) DO "
 def _turn_row(turn: TurnRecord) -> dict[str, Any]:
     columns = {"turn_id": turn.turn_id, "session_id": turn.session_id, "version": turn.version}
     return {**columns, "created_at": turn.created_at, "body": _dumps(turn.to_dict())}
+
+
+def _track_lease(conn: sqlite3.Connection, turn: TurnRecord) -> None:
+    """List ``turn`` in ``running_turns`` while it runs, by its lease; drop it once it does not."""
+    if turn.status is TurnStatus.RUNNING:
+        row = {"turn_id": turn.turn_id, "lease_until": turn.lease_until}
+        upsert = "ON CONFLICT (turn_id) DO UPDATE SET lease_until = excluded.lease_until"
+        _insert(conn, "running_turns", row, upsert)
+    else:
+        conn.execute("DELETE FROM running_turns WHERE turn_id = ?", (turn.turn_id,))
 
 
 def _call_row(call: CallRecord) -> dict[str, Any]:
