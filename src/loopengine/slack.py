@@ -31,11 +31,11 @@ import hmac
 import json
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from loopengine.errors import InvalidInput
+from loopengine.notify.signing import RejectReason, WebhookVerificationError
 
 JsonDict = dict[str, Any]
 Decision = Literal["approve", "deny"]
@@ -57,21 +57,12 @@ _MAX_FIELDS = 16
 _SECTION_LIMIT = 3000  # Slack's limit for a section's text
 
 
-class SlackRejectReason(StrEnum):
-    """Why a Slack request failed verification."""
-
-    MISSING_HEADER = "missing_header"
-    MALFORMED_HEADER = "malformed_header"
-    STALE_TIMESTAMP = "stale_timestamp"
-    BAD_SIGNATURE = "bad_signature"
+SlackRejectReason = RejectReason
+"""Why a Slack request failed verification: the same reasons as a webhook's."""
 
 
-class SlackVerificationError(ValueError):
+class SlackVerificationError(WebhookVerificationError):
     """A Slack request's signature headers are missing, malformed, stale or do not match."""
-
-    def __init__(self, reason: SlackRejectReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 # -- verifying ----------------------------------------------------------------------------
