@@ -109,6 +109,12 @@ class Harness:
         """The runtime under test."""
         return self.engine.rt
 
+    def deliver_resumes(self) -> None:
+        """Deliver the resumes a recording invoker holds (as Lambda's async invoke would), in order."""
+        invoked = getattr(self.invoker, "invoked", None)
+        while invoked:
+            self.engine.resume(invoked.pop(0))
+
 
 def make_harness(
     db: Path,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from loopengine import faults
 from loopengine.agent import AgentConfig
 from loopengine.errors import FatalModelError, RetryableModelError
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -22,7 +23,7 @@ from tests.scenario import assert_protocol, checkpoint, events, history, opened,
 
 REVIEWER = Decider("ops@example.com")
 RULES = {"rules": [{"tool": "lookup", "decision": "allow"}], "default_decision": "ask"}
-PAST_LEASE = 901.0  # Runtime.lease_seconds and stale_call_seconds are 900
+PAST_LEASE = 61.0  # Runtime.lease_seconds and handoff_grace are 60
 
 
 class Crash(BaseException):
@@ -66,9 +67,10 @@ def test_crash_mid_call_in_the_loop_is_reported_unknown_and_never_rerun() -> Non
         assert h.engine.resume(stored.turn_id) is None
 
         h.clock.advance(PAST_LEASE)
-        out = h.engine.resume(stored.turn_id)
+        assert h.engine.sweep().recovered == 1  # the sweep finds the dead runner's turn
+        out = h.engine.outcome(stored.turn_id)
 
-        assert out is not None and out.stop_reason is StopReason.END_TURN
+        assert out.stop_reason is StopReason.END_TURN
         assert calls.count("charge") == 1  # not executed again
         msgs = assert_protocol(h, stored.session_id)
         told = results(msgs[2])["c1"]
@@ -101,36 +103,50 @@ def test_a_started_call_record_with_no_outcome_is_never_run() -> None:
         assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
 
 
+def die_at(name: str, times: int = 1) -> Any:
+    """An injector that kills the process the first ``times`` times it reaches point ``name``."""
+    left = {"n": times}
+
+    def injector(point: str) -> None:
+        if point == name and left["n"] > 0:
+            left["n"] -= 1
+            raise Crash(f"died at {name}")
+
+    return faults.inject(injector)
+
+
 def test_crash_mid_call_after_approval_is_reported_unknown_and_never_rerun() -> None:
     calls = Calls()
     model = ScriptedModel.from_list([call(use("charge", {"x": 1}, id="c1")), say("unsure")])
-    with scenario(shop(calls, crash_once(calls, "charge")), model=model) as h:
+    with scenario(shop(calls, crash_once(calls, "charge")), model=model, inline=False) as h:
         out = h.engine.send_message("shop", "charge")
         (item,) = out.pending
 
+        assert h.engine.resolve(item.pending_id, "approve", REVIEWER).completed
+        assert calls.count("charge") == 0  # a resolve records; the worker runs
         with pytest.raises(Crash):
-            h.engine.resolve(item.pending_id, "approve", REVIEWER)
+            h.engine.resume(out.turn_id)  # the resume worker dies inside the tool
 
         # the decision is on record and a second click does not run it again
         assert h.engine.resolve(item.pending_id, "approve", REVIEWER).already_resolved
         assert calls.count("charge") == 1
-        cp = checkpoint(h, out.turn_id)
-        assert list(cp.inflight) == [item.pending_id] and cp.closed and not cp.complete
-        # the runner may still be alive: nothing is declared unknown before the stale cutoff
-        assert h.engine.resume(out.turn_id) is None
-        assert turn(h, out.turn_id).status is TurnStatus.PAUSED
+        assert turn(h, out.turn_id).status is TurnStatus.RUNNING
+        # the runner may still be alive: nothing is declared unknown within its lease
+        h.engine.sweep()
+        assert calls.count("charge") == 1 and turn(h, out.turn_id).status is TurnStatus.RUNNING
 
         h.clock.advance(PAST_LEASE)
-        resumed = h.engine.resume(out.turn_id)
+        assert h.engine.sweep().recovered == 1
+        h.deliver_resumes()
 
-        assert resumed is not None and resumed.stop_reason is StopReason.END_TURN
+        assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
         assert calls.count("charge") == 1
         msgs = assert_protocol(h, out.session_id)
         assert results(msgs[2])["c1"]["status"] == "unknown"
 
 
 def test_crash_after_the_outcome_was_recorded_uses_the_recorded_result(monkeypatch: Any) -> None:
-    """The tool ran and its outcome was written, but the process died before the checkpoint knew."""
+    """The tool ran and its outcome was written, but the worker died before the batch was answered."""
     calls = Calls()
     model = ScriptedModel.from_list([call(use("refund", {"x": 1}, id="r1")), say("refunded")])
     with scenario(shop(calls), model=model) as h:
@@ -149,134 +165,84 @@ def test_crash_after_the_outcome_was_recorded_uses_the_recorded_result(monkeypat
         assert h.rt.stores.turns.calls(out.turn_id)["r1"].outcome == "ok"
 
         h.clock.advance(PAST_LEASE)
-        resumed = h.engine.resume(out.turn_id)
+        h.engine.sweep()
 
-        assert resumed is not None, "the turn is stuck: its recorded outcome never reached the checkpoint"
-        assert resumed.stop_reason is StopReason.END_TURN
+        assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
         assert calls.count("refund") == 1
         msgs = assert_protocol(h, out.session_id)
         assert results(msgs[2])["r1"] == {"tool": "refund", "args": {"x": 1}}  # what really happened
 
 
-def test_crash_after_appending_results_before_the_turn_forgot_its_checkpoint(monkeypatch: Any) -> None:
+def test_crash_after_appending_results_goes_on_to_the_next_batch() -> None:
     calls = Calls()
     model = ScriptedModel.from_list(
         [call(use("refund", {"x": 1}, id="r1")), call(use("refund", {"x": 2}, id="r2")), say("both")]
     )
-    with scenario(shop(calls), model=model, inline=False) as h:
+    with scenario(shop(calls), model=model) as h:
         out = h.engine.send_message("shop", "refund twice")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
-        real = h.rt.stores.turns.replace_turn
-
-        def die_when_clearing(record: TurnRecord) -> TurnRecord:
-            if record.checkpoint_id is None and record.status is TurnStatus.RUNNING:
-                raise Crash("died right after appending the batch's results")
-            return real(record)
-
-        monkeypatch.setattr(h.rt.stores.turns, "replace_turn", die_when_clearing)
-        with pytest.raises(Crash):
-            h.engine.resume(out.turn_id)
-        monkeypatch.undo()
+        with die_at("results_appended"), pytest.raises(Crash):
+            h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
         assert len(history(h, out.session_id)) == 3
+        assert turn(h, out.turn_id).checkpoint_id is None  # cleared in the same write as the append
 
         h.clock.advance(PAST_LEASE)
-        again = h.engine.resume(out.turn_id)
+        h.engine.sweep()
 
         # the next batch pauses on its own approval; the old checkpoint is not reused for it
-        assert again is not None and again.status is TurnStatus.PAUSED
+        again = h.engine.outcome(out.turn_id)
+        assert again.status is TurnStatus.PAUSED
         assert [p.tool_use_id for p in again.pending] == ["r2"]
         assert_protocol(h, out.session_id)
         h.engine.resolve(again.pending[0].pending_id, "approve", REVIEWER)
-        h.engine.resume(out.turn_id)
         msgs = assert_protocol(h, out.session_id)
         assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
         assert calls.log == [("refund", {"x": 1}), ("refund", {"x": 2})]
         assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
 
 
-@pytest.mark.parametrize("by", ["rule", "human"])
-def test_crash_between_appending_a_denial_and_stopping_still_stops_denied(by: str, monkeypatch: Any) -> None:
+def test_crash_after_a_denial_was_recorded_still_finishes_denied() -> None:
     calls = Calls()
     model = ScriptedModel.from_list(
         [call(use("lookup", {"x": 1}, id="l1"), use("refund", {"x": 2}, id="r1")), say("should not run")]
     )
-    rules = {
-        "rules": [
-            {"tool": "lookup", "decision": "allow"},
-            {"tool": "refund", "decision": "deny" if by == "rule" else "ask"},
-        ],
-        "default_decision": "ask",
-    }
-    cfg = agent("shop", [calls.tool("lookup"), calls.tool("refund")], rules)
-    with scenario(cfg, model=model) as h:
-        real = h.rt.stores.turns.replace_turn
-
-        def die_when_finishing(record: TurnRecord) -> TurnRecord:
-            if record.status is TurnStatus.FINISHED:
-                raise Crash("died between appending the results and finishing")
-            return real(record)
-
-        if by == "rule":
-            monkeypatch.setattr(h.rt.stores.turns, "replace_turn", die_when_finishing)
-            with pytest.raises(Crash):
-                h.engine.send_message("shop", "refund")
-            turn_id = h.notifier.events("run_start")[0]["turnId"]
-        else:
-            out = h.engine.send_message("shop", "refund")
-            turn_id = out.turn_id
-            monkeypatch.setattr(h.rt.stores.turns, "replace_turn", die_when_finishing)
-            with pytest.raises(Crash):
-                h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER)
-        monkeypatch.undo()
-        sid = turn(h, turn_id).session_id
-        assert [m.role for m in history(h, sid)] == ["user", "assistant", "user"]
-        assert turn(h, turn_id).status is TurnStatus.RUNNING
+    with scenario(shop(calls), model=model) as h:
+        out = h.engine.send_message("shop", "refund")
+        with die_at("decided"), pytest.raises(Crash):
+            h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER)
+        assert turn(h, out.turn_id).status is TurnStatus.READY  # durably ready, never stuck
+        assert h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER).already_resolved
 
         h.clock.advance(PAST_LEASE)
-        out = h.engine.resume(turn_id)
+        assert h.engine.sweep().recovered == 1
 
-        assert out is not None and out.stop_reason is StopReason.DENIED
+        assert turn(h, out.turn_id).stop_reason is StopReason.DENIED
         assert len(model.requests) == 1, "the model was called after a denial"
-        assert calls.log == ([] if by == "rule" else [("lookup", {"x": 1})])
-        msgs = assert_protocol(h, sid)
-        assert len(msgs) == 3
+        assert calls.log == [("lookup", {"x": 1})]
+        assert len(assert_protocol(h, out.session_id)) == 3
 
 
-def test_crash_after_writing_the_checkpoint_before_pausing_the_turn(monkeypatch: Any) -> None:
-    """Items of a checkpoint written by a run that died are still decidable, and the turn goes on."""
+def test_crash_right_after_the_pause_still_notifies_through_the_outbox() -> None:
     calls = Calls()
     model = ScriptedModel.from_list(
         [call(use("lookup", {"x": 1}, id="l1"), use("refund", {"x": 2}, id="r1")), say("done")]
     )
     with scenario(shop(calls), model=model) as h:
-        real = h.rt.stores.checkpoints.create
-
-        def create_then_die(cp: Any) -> None:
-            real(cp)
-            raise Crash("died right after writing the checkpoint")
-
-        monkeypatch.setattr(h.rt.stores.checkpoints, "create", create_then_die)
-        with pytest.raises(Crash):
+        with die_at("paused"), pytest.raises(Crash):
             h.engine.send_message("shop", "refund")
-        monkeypatch.undo()
         turn_id = h.notifier.events("run_start")[0]["turnId"]
-        assert turn(h, turn_id).status is TurnStatus.RUNNING
-        # the item is on the poll surface and someone decides it
-        (cp,) = h.rt.stores.checkpoints.list_open()
-        (pid,) = cp.outstanding
-        assert h.engine.resolve(pid, "approve", REVIEWER).completed
-        assert calls.log == [("lookup", {"x": 1}), ("refund", {"x": 2})]
+        assert turn(h, turn_id).status is TurnStatus.PAUSED
+        assert h.notifier.events("approval") == []  # the process died before sending it
 
         h.clock.advance(PAST_LEASE)
-        out = h.engine.resume(turn_id)
+        h.engine.sweep()
 
-        assert out is not None
-        assert (out.status, out.stop_reason) == (TurnStatus.FINISHED, StopReason.END_TURN)
-        msgs = assert_protocol(h, turn(h, turn_id).session_id)
-        assert results(msgs[2]) == {
-            "l1": {"tool": "lookup", "args": {"x": 1}},
-            "r1": {"tool": "refund", "args": {"x": 2}},
-        }
+        (note,) = h.notifier.events("approval")
+        assert note["eventId"].startswith("evt_")
+        h.clock.advance(3600)
+        h.engine.sweep()
+        assert len(h.notifier.events("approval")) == 1  # delivered once it was delivered
+        assert h.engine.resolve(note["pendingId"], "approve", REVIEWER).completed
+        assert turn(h, turn_id).stop_reason is StopReason.END_TURN
         assert calls.log == [("lookup", {"x": 1}), ("refund", {"x": 2})]
 
 
@@ -397,17 +363,16 @@ def test_max_iterations_stops_the_loop() -> None:
         assert turn(h, out.turn_id).stop_reason is StopReason.MAX_ITERATIONS
 
 
-@pytest.mark.parametrize("error", [RetryableModelError("overloaded"), FatalModelError("bad request")])
-def test_a_model_error_finishes_the_turn_with_a_valid_history(error: Exception) -> None:
+def test_a_fatal_model_error_finishes_the_turn_with_a_valid_history() -> None:
     calls = Calls()
+    error = FatalModelError("bad request")
 
     def respond(request: ModelRequest) -> ModelResponse:
         if sum(m.role == "assistant" for m in request.messages) == 0:
             return call(use("lookup", {"x": 1}, id="l1"))
         raise error
 
-    model = ScriptedModel(respond)
-    with scenario(shop(calls), model=model) as h:
+    with scenario(shop(calls), model=ScriptedModel(respond)) as h:
         out = h.engine.send_message("shop", "hello")
 
         assert out.status is TurnStatus.FINISHED
@@ -416,10 +381,70 @@ def test_a_model_error_finishes_the_turn_with_a_valid_history(error: Exception) 
         msgs = assert_protocol(h, out.session_id)
         assert [m.role for m in msgs] == ["user", "assistant", "user"]
         (ev,) = events(h, out.turn_id, "model_error")
-        assert ev["retryable"] is isinstance(error, RetryableModelError)
+        assert ev["retryable"] is False
         assert h.notifier.events("run_finish")[-1]["stopReason"] == "error"
         # the session is usable again
         assert h.rt.stores.turns.session_turns(out.session_id)[-1].status is TurnStatus.FINISHED
+
+
+class Flaky:
+    """A model that fails with a transient error ``failures`` times (after an approval), then answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.left = failures
+        self.script = ScriptedModel.from_list([call(use("refund", {"x": 1}, id="r1")), say("refunded")])
+
+    def create(self, request: ModelRequest) -> ModelResponse:
+        if any(m.role == "assistant" for m in request.messages) and self.left > 0:
+            self.left -= 1
+            raise RetryableModelError("529 overloaded")
+        return self.script.create(request)
+
+
+def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_retries_it() -> None:
+    calls = Calls()
+    model = Flaky(failures=2)
+    with scenario(shop(calls), model=model) as h:
+        out = h.engine.send_message("shop", "refund")
+        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+
+        waiting = turn(h, out.turn_id)
+        assert (waiting.status, waiting.model_failures) == (TurnStatus.RETRYING, 1)
+        assert h.engine.outcome(out.turn_id).status.public() == "running"
+        assert calls.count("refund") == 1
+        h.engine.sweep()  # not due yet
+        assert turn(h, out.turn_id).status is TurnStatus.RETRYING
+
+        h.clock.advance(h.rt.model_retry_seconds)
+        h.engine.sweep()  # second failure: waits twice as long
+        assert (turn(h, out.turn_id).status, turn(h, out.turn_id).model_failures) == (TurnStatus.RETRYING, 2)
+        h.clock.advance(h.rt.model_retry_seconds)
+        h.engine.sweep()
+        assert turn(h, out.turn_id).status is TurnStatus.RETRYING
+        h.clock.advance(h.rt.model_retry_seconds)
+        h.engine.sweep()
+
+        done = turn(h, out.turn_id)
+        assert (done.status, done.stop_reason, done.text) == (TurnStatus.FINISHED, StopReason.END_TURN, "refunded")
+        assert done.model_failures == 0
+        assert calls.count("refund") == 1  # the approved call ran once, before the model failed
+        assert [e["failures"] for e in events(h, out.turn_id, "model_error")] == [1, 2]
+        assert_protocol(h, out.session_id)
+
+
+def test_a_model_that_keeps_failing_ends_the_turn_with_error_after_the_bounded_retries() -> None:
+    calls = Calls()
+    with scenario(shop(calls), model=Flaky(failures=99)) as h:
+        out = h.engine.send_message("shop", "refund")
+        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        for _ in range(h.rt.max_model_failures * 2):
+            h.clock.advance(h.rt.model_retry_seconds * 2**h.rt.max_model_failures)
+            h.engine.sweep()
+
+        done = turn(h, out.turn_id)
+        assert (done.status, done.stop_reason) == (TurnStatus.FINISHED, StopReason.ERROR)
+        assert len(events(h, out.turn_id, "model_error")) == h.rt.max_model_failures
+        assert_protocol(h, out.session_id)
 
 
 def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Path) -> None:

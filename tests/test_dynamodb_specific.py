@@ -197,7 +197,7 @@ def test_each_operation_costs_a_known_number_of_requests(dynamo: Dynamo) -> None
     cost("create checkpoint", lambda: stores.checkpoints.create(cp))
     cost("get checkpoint", lambda: stores.checkpoints.get(cp.id))
     cost("find_by_pending", lambda: stores.checkpoints.find_by_pending(first.pending_id))
-    claim = transitions.claim_approval(cp, first, first.args, WHO, T0, edited=False)
+    claim = transitions.approve(cp, first, first.args, WHO, T0, edited=False)
     cost("replace checkpoint", lambda: stores.checkpoints.replace(claim))
     cost("list_open", lambda: stores.checkpoints.list_open(agent=cp.agent))
     cost("append", lambda: stores.sessions.append(session, [Message.user_text("hi")], 0))
@@ -235,7 +235,7 @@ def test_a_lost_compare_and_set_needs_no_second_read(dynamo: Dynamo) -> None:
     dynamo.requests.clear()
 
     with pytest.raises(VersionConflict) as lost:
-        dynamo.stores.checkpoints.replace(transitions.claim_approval(cp, second, {}, WHO, T0, False))
+        dynamo.stores.checkpoints.replace(transitions.approve(cp, second, {}, WHO, T0, False))
     with pytest.raises(VersionConflict) as lost_turn:
         dynamo.stores.turns.replace_turn(dataclasses.replace(record, lease_until=T0 + 9))
 

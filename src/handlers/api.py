@@ -5,6 +5,7 @@ Thin by design: parse, call the engine, reply. Errors map to status codes in ``w
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -20,7 +21,7 @@ from loopengine.errors import LoopengineError
 app = APIGatewayHttpResolver()
 app.include_router(magic_router)
 app.include_router(slack_router)
-API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s
+API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s; LOOPENGINE_API_BUDGET_SECONDS lowers it
 MAX_WAIT_SECONDS = 25.0
 
 
@@ -43,6 +44,7 @@ def post_message(agent: str) -> Response[str]:
         tenant=body.get("tenant") or "",
         budget_seconds=_budget(),
         sender=sender,
+        remaining_seconds=_remaining(),
     )
     logger.set_correlation_id(out.turn_id)
     return web.reply(*views.turn_outcome(out))
@@ -122,18 +124,25 @@ def on_error(exc: Exception) -> Response[str]:
 
 def _resolution(res: Any, wait: float | None) -> Response[str]:
     if wait and not res.already_resolved and res.outstanding == 0 and not res.denied:
-        out = root.engine().wait(res.turn_id, wait, past_checkpoint=res.checkpoint_id)
+        out = root.engine().wait(res.turn_id, wait)
         return web.reply(*views.turn_outcome(out))
     return web.reply(*views.resolution(res))
 
 
+def _remaining() -> float | None:
+    remaining = getattr(app.lambda_context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000 if remaining is not None else None
+
+
 def _budget() -> float:
-    context = app.lambda_context
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    if remaining is None:
-        return API_BUDGET_SECONDS
-    left: float = remaining() / 1000 - 4.0
-    return max(1.0, min(API_BUDGET_SECONDS, left))
+    try:
+        budget = min(
+            API_BUDGET_SECONDS, float(os.environ.get("LOOPENGINE_API_BUDGET_SECONDS") or API_BUDGET_SECONDS)
+        )
+    except ValueError:
+        budget = API_BUDGET_SECONDS
+    left = _remaining()
+    return max(0.0, budget if left is None else min(budget, left - 4.0))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -29,7 +29,6 @@ from loopengine import magic_form as forms
 from loopengine import magic_pages as pages
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.engine import Engine
-from loopengine.lifecycle import expire_due
 from loopengine.magic import CHANNEL, SECRET_ENV, InvalidMagicLink, MagicClaims, MagicLinkReason, verify_token
 from loopengine.resolution import Decider
 from loopengine.tools import Tool
@@ -198,7 +197,7 @@ def _decide(token: str) -> Response[str]:
     if item is None:
         if ctx.cp is not None and forms.waiting(ctx.cp, ctx.pending_id):
             # past its deadline: record the expiry now, as the sweep would (GET never does this)
-            expire_due(ctx.engine.rt, ctx.cp)
+            ctx.engine.expire(ctx.cp.turn_id)
             return _closed_page(ctx.reload())
         return _closed_page(ctx)
     _check_approver(ctx, item)

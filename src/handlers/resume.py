@@ -28,8 +28,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return {"resumed": False, "error": "event needs a turnId"}
     logger.set_correlation_id(turn_id)
     budget = _budget(context)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    left = remaining() / 1000 if remaining is not None else None
     try:
-        out = root.engine().resume(turn_id, budget_seconds=budget)
+        out = root.engine().resume(turn_id, budget_seconds=budget, remaining_seconds=left)
     finally:
         flush()
     if out is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopengine import outcomes
+from loopengine import faults, outcomes
 from loopengine.agent import AgentConfig
 from loopengine.checkpoint import PendingItem
 from loopengine.errors import InvalidInput
@@ -134,6 +134,7 @@ def run_call(
         result = outcomes.unknown(use.id, outcomes.CRASHED)
         _record(rt, existing, "unknown", result)
         return result
+    faults.point("tool_claimed")
     tool = config.tool(use.name)
     outcome = "ok"
     if tool is None:
@@ -147,6 +148,7 @@ def run_call(
             outcome, result = "error", outcomes.failed(use.id, str(exc))
         except Exception as exc:  # the tool's own failure is a result the model sees
             outcome, result = "error", outcomes.failed(use.id, f"{type(exc).__name__}: {exc}")
+    faults.point("tool_returned")
     _record(rt, record, outcome, result)
     return result
 

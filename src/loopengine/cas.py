@@ -1,30 +1,29 @@
-"""Compare-and-set read-modify-write of a checkpoint: the one way any checkpoint changes."""
+"""Compare-and-set of a checkpoint alone: a thin form of :meth:`Runtime.transition`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from loopengine.checkpoint import TurnCheckpoint
-from loopengine.errors import Conflict, VersionConflict
+from loopengine.ports import Change
 from loopengine.runtime import Runtime
-
-MAX_CAS_ATTEMPTS = 50
+from loopengine.turns import TurnRecord
 
 
 def modify(
-    rt: Runtime, cp_id: str, fn: Callable[[TurnCheckpoint], TurnCheckpoint | None]
+    rt: Runtime, cp: TurnCheckpoint, fn: Callable[[TurnCheckpoint], TurnCheckpoint | None]
 ) -> tuple[TurnCheckpoint, TurnCheckpoint] | None:
-    """Apply ``fn`` atomically; returns (before, after), or ``None`` when ``fn`` declines."""
-    store = rt.stores.checkpoints
-    current = store.get(cp_id)
-    for _ in range(MAX_CAS_ATTEMPTS):
-        if current is None:
+    """Apply ``fn`` atomically to checkpoint ``cp``; returns (before, after), or ``None`` if declined."""
+    seen: list[TurnCheckpoint] = []
+
+    def decide(_turn: TurnRecord, current: TurnCheckpoint | None) -> Change | None:
+        changed = fn(current) if current is not None else None
+        if current is None or changed is None:
             return None
-        changed = fn(current)
-        if changed is None:
-            return None
-        try:
-            return current, store.replace(changed)
-        except VersionConflict as conflict:
-            current = conflict.current
-    raise Conflict(f"checkpoint {cp_id} is too contended; try again")
+        seen.append(current)
+        return Change(cp.turn_id, checkpoint=changed)
+
+    done = rt.transition(cp.turn_id, decide, checkpoint_id=cp.id, cp=cp)
+    if done is None or done.checkpoint is None:
+        return None
+    return seen[-1], done.checkpoint

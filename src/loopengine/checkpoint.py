@@ -1,16 +1,20 @@
 """TurnCheckpoint: a paused batch, and its transitions (pure functions, no I/O).
 
-Shape (seed 000 "Worked example"): ``resultsSoFar`` holds the results of calls that already ran;
-``outstanding`` maps each pendingId to what it waits for. One more map, ``inflight``, holds items a
-human approved whose tool is running right now: the item left ``outstanding`` (a second click is
-``alreadyResolved``) but its result is not in yet.
+Shape (seed 000 "Worked example"): ``resultsSoFar`` holds the results of calls that already ran
+(or were answered, denied, skipped, expired); ``outstanding`` maps each pendingId to what it waits
+for. One more map, ``approved``, holds items a human approved, with the arguments that will run:
+a resolve only *records* the decision; the worker that resumes the turn runs them (each claimed
+before it runs, so a crash reports ``unknown``, never a second run).
 
-    outstanding --approve--> inflight --result--> resultsSoFar
-    outstanding --answer---------------------> resultsSoFar
-    outstanding --deny-----> resultsSoFar (denied) + every other outstanding item skipped, closed
+    outstanding --approve--> approved ........ (worker runs it after the batch closes)
+    outstanding --answer---> resultsSoFar
+    outstanding --expire---> resultsSoFar (unknown, or denied by policy)
+    outstanding --deny-----> resultsSoFar (denied); every other item, outstanding or approved,
+                             skipped: a denial cancels the whole batch, as a rule's denial does
+    outstanding --abandon--> resultsSoFar (unknown: superseded, cancelled)
 
-``closed`` means nothing is left to decide; the batch is *complete* once it is closed and nothing
-is in flight. Exactly one compare-and-set makes it complete; that writer finishes the batch.
+``closed`` means nothing is left to decide. Exactly one compare-and-set closes it, and the same
+write makes the turn ready to resume (:func:`loopengine.turn_state.ready`).
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ class TurnCheckpoint:
     results_so_far: tuple[ToolResultBlock, ...]
     outstanding: dict[str, PendingItem]
     created_at: float
-    inflight: dict[str, PendingItem] = field(default_factory=dict)
+    approved: dict[str, PendingItem] = field(default_factory=dict)
     closed: bool = False
     denied: bool = False
     decisions: tuple[JsonDict, ...] = ()
@@ -92,8 +96,14 @@ class TurnCheckpoint:
 
     @property
     def complete(self) -> bool:
-        """Closed and nothing running: the batch's results are all in."""
-        return self.closed and not self.inflight
+        """Nothing left to decide (the worker may run the approved calls)."""
+        return self.closed
+
+    @property
+    def next_expiry(self) -> float | None:
+        """When the first still-open item expires (``None``: no open item has a ttl)."""
+        times = [i.expires_at for i in self.outstanding.values() if i.expires_at is not None]
+        return min(times) if times and not self.closed else None
 
     @property
     def pending_ids(self) -> list[str]:
@@ -110,7 +120,7 @@ class TurnCheckpoint:
             "tenant": self.tenant,
             "resultsSoFar": [b.to_dict() for b in self.results_so_far],
             "outstanding": {k: v.to_dict() for k, v in self.outstanding.items()},
-            "inflight": {k: v.to_dict() for k, v in self.inflight.items()},
+            "approved": {k: v.to_dict() for k, v in self.approved.items()},
             "closed": self.closed,
             "denied": self.denied,
             "decisions": list(self.decisions),
@@ -134,7 +144,7 @@ class TurnCheckpoint:
             tenant=d.get("tenant", ""),
             results_so_far=tuple(results),
             outstanding={k: PendingItem.from_dict(v) for k, v in d["outstanding"].items()},
-            inflight={k: PendingItem.from_dict(v) for k, v in d.get("inflight", {}).items()},
+            approved={k: PendingItem.from_dict(v) for k, v in d.get("approved", {}).items()},
             closed=bool(d.get("closed", False)),
             denied=bool(d.get("denied", False)),
             decisions=tuple(d.get("decisions", [])),
@@ -150,26 +160,19 @@ def _decision(item: PendingItem, decision: str, by: JsonDict, at: float, **extra
     return record
 
 
-def claim_approval(
+def approve(
     cp: TurnCheckpoint, item: PendingItem, args: JsonDict, by: JsonDict, at: float, edited: bool
 ) -> TurnCheckpoint:
-    """Approve ``item``: it moves to ``inflight`` with the args that will actually run."""
+    """Approve ``item``: it moves to ``approved`` with the args that will actually run."""
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
-    running = replace(item, args=args)
     decision = _decision(item, "approve", by, at, editedArgs=args if edited else None)
     return replace(
         cp,
         outstanding=outstanding,
-        inflight={**cp.inflight, item.pending_id: running},
+        approved={**cp.approved, item.pending_id: replace(item, args=args)},
         closed=not outstanding,
         decisions=(*cp.decisions, decision),
     )
-
-
-def add_result(cp: TurnCheckpoint, pending_id: str, result: ToolResultBlock) -> TurnCheckpoint:
-    """The approved call ``pending_id`` finished (or its outcome is unknown): store its result."""
-    inflight = {k: v for k, v in cp.inflight.items() if k != pending_id}
-    return replace(cp, inflight=inflight, results_so_far=(*cp.results_so_far, result))
 
 
 def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: float) -> TurnCheckpoint:
@@ -187,16 +190,17 @@ def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: f
 def deny(
     cp: TurnCheckpoint, item: PendingItem, comment: str | None, by: JsonDict, at: float
 ) -> TurnCheckpoint:
-    """Deny ``item``: close at once, every other outstanding item gets a ``skipped`` result."""
+    """Deny ``item``: close at once; every other item of the batch (open or approved) is skipped."""
     results = [outcomes.denied(item.tool_use_id, "a human reviewer denied this call", comment)]
     decisions = [_decision(item, "deny", by, at, comment=comment)]
-    for other in cp.outstanding.values():
-        if other.pending_id != item.pending_id:
-            results.append(outcomes.skipped(other.tool_use_id))
-            decisions.append(_decision(other, "skipped", {"decidedBy": "cascade"}, at))
+    others = [o for o in (*cp.outstanding.values(), *cp.approved.values()) if o.pending_id != item.pending_id]
+    for other in others:
+        results.append(outcomes.skipped(other.tool_use_id))
+        decisions.append(_decision(other, "skipped", {"decidedBy": "cascade"}, at))
     return replace(
         cp,
         outstanding={},
+        approved={},
         results_so_far=(*cp.results_so_far, *results),
         closed=True,
         denied=True,
@@ -225,12 +229,17 @@ def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> Tur
 
 
 def abandon(cp: TurnCheckpoint, why: str, by: JsonDict, at: float) -> TurnCheckpoint:
-    """Close without a decision (superseded, cancelled, expired): open items become ``unknown``."""
-    results = [outcomes.unknown(i.tool_use_id, why) for i in cp.outstanding.values()]
-    decisions = [_decision(i, "abandoned", by, at, why=why) for i in cp.outstanding.values()]
+    """Close without a decision (superseded, cancelled): every item not yet run becomes ``unknown``.
+
+    That includes approved items: the worker runs them only once the batch closes, so none has run.
+    """
+    items = [*cp.outstanding.values(), *cp.approved.values()]
+    results = [outcomes.unknown(i.tool_use_id, why) for i in items]
+    decisions = [_decision(i, "abandoned", by, at, why=why) for i in items]
     return replace(
         cp,
         outstanding={},
+        approved={},
         results_so_far=(*cp.results_so_far, *results),
         closed=True,
         decisions=(*cp.decisions, *decisions),

@@ -10,15 +10,18 @@ import threading
 from dataclasses import replace
 from typing import Any
 
-from loopengine import lifecycle, resolution, views
+from loopengine import delivery, lifecycle, resolution, views
 from loopengine.agent import AgentConfig
 from loopengine.errors import Conflict, InvalidInput, NotFound, VersionConflict
 from loopengine.ids import new_id
-from loopengine.loop import TurnOutcome, advance
+from loopengine.loop import TurnOutcome, Worker, advance
 from loopengine.messages import Message
+from loopengine.ports import Append, Change
 from loopengine.resolution import Decider, Resolution
 from loopengine.runtime import Runtime
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
+
+WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
 
 JsonDict = dict[str, Any]
 MAX_MESSAGE_CHARS = 100_000
@@ -39,6 +42,7 @@ class Engine:
         trigger: str = "message",
         budget_seconds: float | None = None,
         sender: Decider | None = None,
+        remaining_seconds: float | None = None,
     ) -> TurnOutcome:
         """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget.
 
@@ -59,7 +63,7 @@ class Engine:
             return self._queue(config, sid, tenant, trigger, message)
         for earlier in active:
             self._make_way(config, earlier, sender or Decider("user", "message"))
-        return self._start(config, sid, tenant, trigger, message, budget_seconds)
+        return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds)
 
     def _active_turns(self, sid: str, config: AgentConfig) -> list[TurnRecord]:
         turns = self.rt.stores.turns.session_turns(sid)
@@ -71,9 +75,13 @@ class Engine:
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
         items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
-        if earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede":
+        stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
+        if (earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede") or stopping:
             by = {**sender.record(), "decidedBy": sender.identity}
             stopped = lifecycle.request_stop(self.rt, earlier.turn_id, StopReason.SUPERSEDED, by)
+            if stopped.status is not TurnStatus.FINISHED:  # a crash left it half-stopped: close it
+                self.resume(earlier.turn_id)
+                stopped = self.turn(earlier.turn_id)
             if stopped.status is TurnStatus.FINISHED:
                 return
             raise Conflict(
@@ -87,13 +95,13 @@ class Engine:
                 details={"turnId": earlier.turn_id, "pendingItems": items},
             )
         raise Conflict(
-            f"session {earlier.session_id} has a {earlier.status.value} turn {earlier.turn_id}; "
+            f"session {earlier.session_id} has a {earlier.status.public()} turn {earlier.turn_id}; "
             "retry when it finishes or cancel it",
             details={"turnId": earlier.turn_id},
         )
 
     def _new_turn(
-        self, config: AgentConfig, sid: str, tenant: str, trigger: str, start_seq: int
+        self, config: AgentConfig, sid: str, tenant: str, trigger: str, start_seq: int, runner: str | None
     ) -> TurnRecord:
         rt = self.rt
         config_hash = config.config_hash()
@@ -108,18 +116,17 @@ class Engine:
             start_seq=start_seq,
             created_at=now,
             trigger=trigger,
-            lease_until=now + rt.lease_seconds,
+            lease_until=now + rt.lease_seconds if runner else 0.0,
+            due_at=now + (rt.lease_seconds if runner else rt.handoff_grace),
+            runner=runner,
+            status=TurnStatus.RUNNING if runner else TurnStatus.QUEUED,
             code_version=rt.code_version,
         )
 
     def _queue(self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str) -> TurnOutcome:
-        turn = replace(
-            self._new_turn(config, sid, tenant, trigger, -1),
-            status=TurnStatus.QUEUED,
-            queued_message=message,
-        )
-        self.rt.stores.turns.create_turn(turn)
-        self.rt.event(turn.turn_id, "queued", trigger=trigger)
+        turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None), queued_message=message)
+        event = self.rt.stamp("queued", trigger=trigger)
+        self.rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,)))
         lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
         return self.outcome(turn.turn_id)
 
@@ -131,22 +138,35 @@ class Engine:
         trigger: str,
         message: str,
         budget_seconds: float | None,
+        remaining_seconds: float | None,
     ) -> TurnOutcome:
+        """Create the turn and append its message in one write, then run it (this request is its worker)."""
         rt = self.rt
         history = rt.stores.sessions.load(sid)
-        turn = self._new_turn(config, sid, tenant, trigger, len(history))
-        rt.stores.turns.create_turn(turn)
-        try:
-            rt.stores.sessions.append(sid, [Message.user_text(message)], len(history))
-        except VersionConflict:
-            rt.stores.turns.replace_turn(
-                replace(turn, status=TurnStatus.FINISHED, stop_reason=StopReason.ERROR)
-            )
-            raise Conflict(f"session {sid} changed while this message arrived; retry") from None
-        rt.event(turn.turn_id, "started", trigger=trigger, configHash=turn.config_hash)
+        runner = new_id("run_")
+        turn = self._new_turn(config, sid, tenant, trigger, len(history), runner)
         payload = {"turnId": turn.turn_id, "sessionId": sid, "agent": config.name}
-        rt.notify(config, turn.turn_id, "run_start", {**payload, "tenant": tenant, "trigger": trigger})
-        return advance(rt, turn.turn_id, self._deadline(budget_seconds))
+        notes = delivery.announce(
+            rt, config, turn, "run_start", {**payload, "tenant": tenant, "trigger": trigger}
+        )
+        event = rt.stamp("started", trigger=trigger, configHash=turn.config_hash)
+        add = Append(sid, (Message.user_text(message),), len(history))
+        try:
+            rt.stores.turns.commit(
+                Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes)
+            )
+        except VersionConflict:
+            raise Conflict(f"session {sid} changed while this message arrived; retry") from None
+        delivery.deliver(rt, notes)
+        return advance(self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds))
+
+    def _worker(
+        self, turn_id: str, runner: str, budget_seconds: float | None, remaining_seconds: float | None
+    ) -> Worker:
+        now = self.rt.stores.clock.now()
+        deadline = None if budget_seconds is None else now + budget_seconds
+        hard = None if remaining_seconds is None else now + remaining_seconds
+        return Worker(self.rt, turn_id, runner, deadline, hard)
 
     def resolve(
         self,
@@ -171,9 +191,14 @@ class Engine:
         """Answer a pending question."""
         return resolution.answer_question(self.rt, pending_id, answer, decider)
 
-    def resume(self, turn_id: str, budget_seconds: float | None = None) -> TurnOutcome | None:
+    def resume(
+        self, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None
+    ) -> TurnOutcome | None:
         """The resume worker's entry: claim and advance; ``None`` for a duplicate or no-op."""
-        return lifecycle.resume_turn(self.rt, turn_id, self._deadline(budget_seconds))
+        now = self.rt.stores.clock.now()
+        deadline = None if budget_seconds is None else now + budget_seconds
+        hard = None if remaining_seconds is None else now + remaining_seconds
+        return lifecycle.resume_turn(self.rt, turn_id, deadline, hard)
 
     def cancel(self, turn_id: str, decider: Decider) -> TurnRecord:
         """Stop a turn: parked or queued at once, running at its next step boundary.
@@ -185,8 +210,12 @@ class Engine:
         return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
 
     def sweep(self) -> lifecycle.SweepResult:
-        """Expire pending items past their ``pending_ttl`` and hand on turns whose lease expired."""
+        """Find every stalled turn and move it on; resend due notifications (see ``lifecycle.sweep``)."""
         return lifecycle.sweep(self.rt)
+
+    def expire(self, turn_id: str) -> int:
+        """Apply the expiry policy to the turn's items past their deadline now (as the sweep would)."""
+        return lifecycle.expire_due(self.rt, self.turn(turn_id))
 
     def turn(self, turn_id: str) -> TurnRecord:
         """Read a turn (NotFound if unknown)."""
@@ -219,26 +248,18 @@ class Engine:
             raise NotFound(f"no session {session_id!r}")
         return messages
 
-    def wait(self, turn_id: str, seconds: float, past_checkpoint: str | None = None) -> TurnOutcome:
-        """Wait up to ``seconds`` (real time) for the turn to stop running; return its outcome.
+    def wait(self, turn_id: str, seconds: float) -> TurnOutcome:
+        """Wait up to ``seconds`` (real time) while the turn is working; return its outcome.
 
-        ``past_checkpoint``: a turn still parked on that (now complete) checkpoint has not been
-        resumed yet, so keep waiting for it too.
+        Working means running, ready to resume or waiting to retry the model: the outcome a client
+        waits for is a pause (chained) or the finish.
         """
         pause = threading.Event()
         step, waited = 0.02, 0.0
         while True:
             out = self.outcome(turn_id)
-            parked_before = out.status is TurnStatus.PAUSED and (
-                past_checkpoint is not None and self.turn(turn_id).checkpoint_id == past_checkpoint
-            )
-            if (out.status is not TurnStatus.RUNNING and not parked_before) or waited >= seconds:
+            if out.status not in WORKING or waited >= seconds:
                 return out
             pause.wait(step)
             waited += step
             step = min(step * 2, 0.25)
-
-    def _deadline(self, budget_seconds: float | None) -> float | None:
-        if budget_seconds is None:
-            return None
-        return self.rt.stores.clock.now() + budget_seconds

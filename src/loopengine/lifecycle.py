@@ -1,28 +1,26 @@
-r"""A turn's life outside the loop: resuming, starting queued messages, stopping, expiring.
+"""A turn's life outside the loop: claiming it, stopping it, expiring its items, the sweep.
 
-    QUEUED --(session free)--> RUNNING <--(batch complete: resume)-- PAUSED
-                                  |  \\--(pending items)--> PAUSED
-                                  v
-                               FINISHED  (end_turn, denied, superseded, cancelled, error, ...)
-
-Every transition is a compare-and-set on the turn (``Runtime.update_turn``), so a duplicate
+Every change here is a transition of :mod:`loopengine.turn_state`, written with its checkpoint,
+audit events and notifications in one atomic write (:meth:`Runtime.transition`), so a duplicate
 delivery, a late click or a second stop request finds nothing to do.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine import checkpoint as cps
-from loopengine import outcomes
-from loopengine.cas import modify
+from loopengine import delivery, faults
+from loopengine import turn_state as ts
+from loopengine.batch import pending_notification  # noqa: F401  (re-exported for callers)
 from loopengine.checkpoint import TurnCheckpoint
 from loopengine.errors import NotFound, VersionConflict
-from loopengine.loop import TurnOutcome, advance, outcome_of
-from loopengine.messages import Message, ToolResultBlock, block_from_dict
+from loopengine.ids import new_id
+from loopengine.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
+from loopengine.messages import Message
 from loopengine.policy import describe
+from loopengine.ports import Append, Change
 from loopengine.runtime import Runtime
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
 
@@ -37,174 +35,205 @@ ABANDONED = {
 }
 
 
-def resume_turn(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOutcome | None:
+def resume_turn(
+    rt: Runtime, turn_id: str, deadline: float | None = None, hard_limit: float | None = None
+) -> TurnOutcome | None:
     """Claim and advance a turn that can move on; ``None`` when there is nothing to do.
 
-    Safe to call any number of times for the same turn (at-least-once delivery): only a paused
-    turn with a complete checkpoint, a queued turn whose session is free, or a running turn whose
-    lease expired can be claimed, and the claim is a compare-and-set.
+    Safe to call any number of times for the same turn (at-least-once delivery): the claim is a
+    compare-and-set of :func:`loopengine.turn_state.claim`, which only a READY turn, a RETRYING one
+    that is due, a RUNNING one whose lease ran out or a QUEUED one whose session is free passes.
     """
     turn = _turn(rt, turn_id)
-    now = rt.stores.clock.now()
-    if turn.status is TurnStatus.QUEUED:
-        return _start_queued(rt, turn, deadline)
-    if turn.status is TurnStatus.PAUSED:
-        cp = rt.stores.checkpoints.get(turn.checkpoint_id or "")
-        if cp is None or not _recover_stale(rt, cp).complete:
-            return None
-    elif turn.status is not TurnStatus.RUNNING or turn.lease_until > now:
+    if turn.status not in ts.CLAIMABLE:
         return None
-    try:
-        turn = rt.stores.turns.replace_turn(
-            replace(turn, status=TurnStatus.RUNNING, lease_until=now + rt.lease_seconds)
+    runner = new_id("run_")
+    worker = Worker(rt, turn_id, runner, deadline, hard_limit)
+    if turn.status is TurnStatus.QUEUED:
+        return _start_queued(rt, worker, turn)
+    now = rt.stores.clock.now()
+    config = rt.config_of(turn)
+    payload = {
+        "turnId": turn.turn_id,
+        "sessionId": turn.session_id,
+        "agent": turn.agent,
+        "tenant": turn.tenant,
+    }
+    notes = delivery.announce(rt, config, turn, "run_start", {**payload, "trigger": "resume"})
+    sent: list[tuple[Any, ...]] = []
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        sent.clear()
+        claimed = ts.claim(t, runner, now, worker.lease_until())
+        if claimed is None:
+            return None
+        if claimed.stop_requested is not None:
+            return Change(turn_id, turn=claimed)  # a stopping turn only closes; nothing is announced
+        sent.append(notes)
+        return Change(
+            turn_id, turn=claimed, events=(rt.stamp("resumed", claimedFrom=t.status.value),), outbox=notes
         )
-    except VersionConflict:
-        return None  # someone else claimed it
-    if turn.stop_requested is None:  # a stopping turn only closes its batch; it does not run again
-        rt.event(turn_id, "resumed")
-        _run_start(rt, turn, "resume")
-    return advance(rt, turn_id, deadline)
+
+    if rt.transition(turn_id, decide, turn=turn) is None:
+        return None  # someone else claimed it, or it is not claimable yet
+    faults.point("claimed")
+    for records in sent:
+        delivery.deliver(rt, records)
+    return advance(worker)
 
 
-def _start_queued(rt: Runtime, turn: TurnRecord, deadline: float | None) -> TurnOutcome | None:
+def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome | None:
     """Start a queued message's turn once every earlier turn of its session has finished."""
-    ordered = rt.stores.turns.session_turns(turn.session_id)  # oldest first, ties broken by the store
-    ids = [t.turn_id for t in ordered]
-    earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
-    if any(t.status is not TurnStatus.FINISHED for t in earlier) or turn.queued_message is None:
+    if not session_free(rt, turn) or turn.queued_message is None:
         return None
     history = rt.stores.sessions.load(turn.session_id)
     now = rt.stores.clock.now()
+    add = Append(turn.session_id, (Message.user_text(turn.queued_message),), len(history))
+    config = rt.config_of(turn)
+    payload = {
+        "turnId": turn.turn_id,
+        "sessionId": turn.session_id,
+        "agent": turn.agent,
+        "tenant": turn.tenant,
+    }
+    notes = delivery.announce(rt, config, turn, "run_start", {**payload, "trigger": turn.trigger})
+    event = rt.stamp("started", trigger="queued", configHash=turn.config_hash)
 
-    def claim(t: TurnRecord) -> TurnRecord | None:
-        if t.status is not TurnStatus.QUEUED:
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        claimed = ts.claim(t, worker.runner, now, worker.lease_until(), session_free=True)
+        if claimed is None or t.status is not TurnStatus.QUEUED:
             return None
-        lease = now + rt.lease_seconds
-        return replace(t, status=TurnStatus.RUNNING, start_seq=len(history), lease_until=lease)
+        started = replace(claimed, start_seq=len(history))
+        return Change(t.turn_id, turn=started, append=add, events=(event,), outbox=notes)
 
-    claimed = rt.update_turn(turn.turn_id, claim)
-    if claimed is None:
+    try:
+        done = rt.transition(turn.turn_id, decide, turn=turn)
+    except VersionConflict:  # the session moved meanwhile; the sweep tries again
         return None
-    rt.stores.sessions.append(turn.session_id, [Message.user_text(turn.queued_message)], len(history))
-    rt.event(turn.turn_id, "started", trigger="queued", configHash=turn.config_hash)
-    _run_start(rt, claimed, claimed.trigger)
-    return advance(rt, turn.turn_id, deadline)
+    if done is None:
+        return None
+    delivery.deliver(rt, notes)
+    return advance(worker)
+
+
+def session_free(rt: Runtime, turn: TurnRecord) -> bool:
+    """Every turn of ``turn``'s session that came before it has finished."""
+    ordered = rt.stores.turns.session_turns(turn.session_id)  # oldest first, ties broken by the store
+    ids = [t.turn_id for t in ordered]
+    earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
+    return all(t.status is TurnStatus.FINISHED for t in earlier)
 
 
 def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: JsonDict) -> TurnRecord:
     """Stop a turn for ``reason`` (cancelled or superseded) as soon as it safely can.
 
-    Parked: its open items are abandoned (recorded as ``unknown``, never as denied or failed) and
-    the turn finishes now. Running: it stops at the next step boundary (between model and tool
-    calls); calls already running finish, nothing new starts. Queued: it never starts. Finished:
-    nothing changes. What was already done is not undone.
+    Parked: its open items are abandoned (recorded as ``unknown``, never as denied or failed) in
+    the same write that makes it ready, and it closes now (nothing runs). Running: it stops at the
+    next step boundary (between model and tool calls); calls already running finish, nothing new
+    starts. Queued: it never starts. Finished: nothing changes. What was done is not undone.
     """
+    turn = _turn(rt, turn_id)
+    now = rt.stores.clock.now()
+    why = ABANDONED.get(reason, ABANDONED[StopReason.CANCELLED])
+    event = rt.stamp("stop_requested", reason=reason.value, **by)
 
-    def flag(t: TurnRecord) -> TurnRecord | None:
-        if t.status is TurnStatus.FINISHED or t.stop_requested is not None:
-            return None
-        if t.status is TurnStatus.QUEUED:
-            return replace(t, status=TurnStatus.FINISHED, stop_reason=reason, stop_requested=reason)
-        return replace(t, stop_requested=reason)
+    def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
+        if t.status is TurnStatus.PAUSED and cp is not None and not cp.closed and t.checkpoint_id == cp.id:
+            stopped = ts.stop_parked(t, reason, now, rt.handoff_grace)
+            closed = cps.abandon(cp, why, by, now)
+            return (
+                None if stopped is None else Change(turn_id, turn=stopped, checkpoint=closed, events=(event,))
+            )
+        flagged = ts.request_stop(t, reason, now)
+        return None if flagged is None else Change(turn_id, turn=flagged, events=(event,))
 
-    flagged = rt.update_turn(turn_id, flag)
-    if flagged is not None:
-        rt.event(turn_id, "stop_requested", reason=reason.value, **by)
-    turn = flagged or _turn(rt, turn_id)
-    if turn.status is TurnStatus.PAUSED and turn.checkpoint_id:
-        why = ABANDONED.get(reason, ABANDONED[StopReason.CANCELLED])
-        now = rt.stores.clock.now()
-        modify(rt, turn.checkpoint_id, lambda c: None if c.closed else cps.abandon(c, why, by, now))
-        resume_turn(rt, turn_id)  # closes the batch and finishes, unless an approved call still runs
+    done = rt.transition(turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    after = done.turn if done is not None and done.turn is not None else _turn(rt, turn_id)
+    stopping = after.status in (TurnStatus.READY, TurnStatus.RETRYING) and after.stop_requested is not None
+    if stopping and not _approved_calls_waiting(rt, after):
+        resume_turn(rt, turn_id)  # closes the batch and finishes; nothing runs
     return _turn(rt, turn_id)
 
 
-def expire_due(rt: Runtime, cp: TurnCheckpoint) -> TurnCheckpoint:
-    """Apply the expiry policy to every item of ``cp`` past its deadline; resume if that completes it."""
-    now = rt.stores.clock.now()
+def _approved_calls_waiting(rt: Runtime, turn: TurnRecord) -> bool:
+    if turn.checkpoint_id is None:
+        return False
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    return cp is not None and bool(cp.approved)
 
-    def expire(c: TurnCheckpoint) -> TurnCheckpoint | None:
-        due = [i for i in c.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
-        if c.closed or not due:
+
+def expire_due(rt: Runtime, turn: TurnRecord) -> int:
+    """Apply the expiry policy to every item of the turn's parked batch that is past its deadline.
+
+    The same write makes the turn ready if that closed the batch (then it is handed on), or moves
+    its due time to the next expiry. Returns how many items expired.
+    """
+    if turn.status is not TurnStatus.PAUSED or turn.checkpoint_id is None:
+        return 0
+    now = rt.stores.clock.now()
+    expired: list[str] = []
+
+    def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
+        expired.clear()
+        if cp is None or cp.closed:
+            return None
+        due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
+        if not due:
             return None
         for item in due:
-            waited = describe(round((item.expires_at or now) - c.created_at))
-            c = cps.expire(c, item, now, waited)
-        return c
+            cp = cps.expire(cp, item, now, describe(round((item.expires_at or now) - cp.created_at)))
+            expired.append(item.pending_id)
+        moved = (
+            ts.ready(t, cp.id, now, rt.handoff_grace)
+            if cp.closed
+            else ts.paused_due(t, cp.id, cp.next_expiry)
+        )
+        if moved is None:
+            return None
+        events = tuple(rt.stamp("expired", pendingId=p, decidedBy="policy") for p in expired)
+        return Change(t.turn_id, turn=moved, checkpoint=cp, events=events)
 
-    changed = modify(rt, cp.id, expire)
-    if changed is None:
-        return cp
-    before, after = changed
-    for pending_id in set(before.outstanding) - set(after.outstanding):
-        rt.event(cp.turn_id, "expired", pendingId=pending_id, decidedBy="policy")
-    if after.complete and not before.complete:
-        rt.invoker.invoke(cp.turn_id, _turn(rt, cp.turn_id).code_version)
-    return after
+    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    if done is None or done.turn is None:
+        return 0
+    if done.turn.status is TurnStatus.READY:
+        hand_on(rt, done.turn)
+    return len(expired)
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep did: pending items it expired, stale running turns it handed on."""
+    """What one sweep did: items expired, turns handed on, notifications (re)sent."""
 
     expired: int = 0
     recovered: int = 0
+    notified: int = 0
 
 
-def sweep(rt: Runtime) -> SweepResult:
-    """The schedule Lambda's periodic pass: expire due pending items, hand on orphaned turns.
+def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
+    """The periodic pass that finds every stalled turn (see :mod:`loopengine.turn_state`).
 
-    A running turn whose lease ran out lost its runner (a Lambda timeout or crash): it is handed to
-    the resume invoker, which continues it from its records (a call started but never finished is
-    reported ``unknown``, never re-run). The claim in :func:`resume_turn` is a compare-and-set, so
-    a turn handed on twice, or one whose runner was merely slow, still runs once.
+    Due turns: a PAUSED one has items past their ttl (expired by policy); a RUNNING one lost its
+    runner (its lease ran out), a READY one was never claimed (the invoke failed or was lost), a
+    RETRYING one's retry time came, a QUEUED one may start: each is handed to the resume worker,
+    whose claim is a compare-and-set, so a turn handed on twice still runs once. Then every
+    notification that is due is sent again.
     """
     now = rt.stores.clock.now()
-    expired = 0
-    for cp in rt.stores.checkpoints.list_open():
-        due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
-        if due:
-            expired += len(cp.outstanding) - len(expire_due(rt, cp).outstanding)
-    stale = rt.stores.turns.expired_leases(now)
-    for turn in stale:
-        rt.invoker.invoke(turn.turn_id, turn.code_version)
-    return SweepResult(expired, len(stale))
-
-
-def _recover_stale(rt: Runtime, cp: TurnCheckpoint) -> TurnCheckpoint:
-    """Settle approved calls whose runner died mid-way (never re-run).
-
-    A call whose outcome was recorded gets that result; one with no outcome by the stale cutoff
-    gets an ``unknown`` result; one still within the cutoff is left to its runner.
-    """
-    calls = rt.stores.turns.calls(cp.turn_id)
-    cutoff = rt.stores.clock.now() - rt.stale_call_seconds
-    decided = {d["pendingId"]: float(d["at"]) for d in cp.decisions}
-    for pid, item in cp.inflight.items():
-        call = calls.get(item.tool_use_id)
-        if call is not None and call.result is not None:
-            # the runner recorded the outcome but died before the checkpoint learnt it
-            recorded = block_from_dict(call.result)
-            assert isinstance(recorded, ToolResultBlock)
-            result = recorded
-        elif (call.started_at if call is not None else decided.get(pid, 0.0)) < cutoff:
-            result = outcomes.unknown(item.tool_use_id, outcomes.CRASHED)
-        else:
-            continue  # its runner may still be working on it
-        changed = modify(rt, cp.id, functools.partial(_add_result, pending_id=pid, result=result))
-        if changed is not None:
-            cp = changed[1]
-    return cp
-
-
-def _add_result(cp: TurnCheckpoint, pending_id: str, result: ToolResultBlock) -> TurnCheckpoint | None:
-    return cps.add_result(cp, pending_id, result) if pending_id in cp.inflight else None
-
-
-def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> None:
-    config = rt.config_of(turn)
-    payload = {"turnId": turn.turn_id, "sessionId": turn.session_id, "agent": turn.agent}
-    rt.notify(config, turn.turn_id, "run_start", {**payload, "tenant": turn.tenant, "trigger": trigger})
+    expired = recovered = 0
+    for turn in rt.stores.turns.due_turns(now, limit):
+        if turn.status is TurnStatus.PAUSED:
+            expired += expire_due(rt, turn)
+        elif turn.status is TurnStatus.QUEUED:
+            if session_free(rt, turn):
+                hand_on(rt, turn)
+                recovered += 1
+        elif turn.status in ts.CLAIMABLE:
+            rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
+            hand_on(rt, turn)
+            recovered += 1
+    notified = delivery.deliver_due(rt, limit)
+    return SweepResult(expired, recovered, notified)
 
 
 def outcome(rt: Runtime, turn_id: str) -> TurnOutcome:

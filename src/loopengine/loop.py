@@ -1,4 +1,4 @@
-"""The turn loop: advance a turn from its durable record until it pauses or finishes.
+"""The turn loop: a worker advances a turn it has claimed, from its durable record.
 
 The loop is a reader of the record, not the holder of state. Each pass looks at the last message
 of the session history and does the next step, writing it down before the step after:
@@ -9,27 +9,34 @@ of the session history and does the next step, writing it down before the step a
                                         (each claimed before it runs, outcome recorded after),
                                         park pending ones in a TurnCheckpoint, or append the
                                         complete tool_result message and go round again
+    ... whose checkpoint is closed   -> run the calls people approved (claimed the same way),
+                                        append the batch's one tool_result message
 
-Because every step starts from the record, any process can continue any turn: a crash or a
-redeploy costs nothing, and a call found started with no outcome is reported ``unknown``, not rerun.
+Every state change is one atomic write (:meth:`Runtime.transition`) carrying its audit events and
+notifications; the worker holds the turn through a lease (``runner``) renewed by a heartbeat while
+a step runs, and stops as soon as it finds the turn is no longer its own. Because every step
+starts from the record, any process can continue any turn: a crash or a redeploy costs nothing,
+and a call found started with no outcome is reported ``unknown``, not rerun.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field, replace
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
-from loopengine import outcomes
+from loopengine import delivery, faults, outcomes
+from loopengine import turn_state as ts
 from loopengine.agent import AgentConfig
 from loopengine.batch import pending_notification, plan_batch, run_call
-from loopengine.cas import modify
-from loopengine.checkpoint import PendingItem, TurnCheckpoint, abandon
-from loopengine.errors import AlreadyExists, ModelError, NotFound
-from loopengine.gate import Decision
+from loopengine.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.errors import AlreadyExists, ModelError, NotFound, VersionConflict
 from loopengine.messages import Message, ToolResultBlock, ToolUseBlock
-from loopengine.ports import ModelRequest
+from loopengine.ports import Append, Change, ModelRequest, ModelResponse
 from loopengine.runtime import Runtime
+from loopengine.tools import args_hash
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
@@ -52,134 +59,233 @@ def outcome_of(turn: TurnRecord, pending: list[PendingItem] | None = None) -> Tu
     return TurnOutcome(turn.turn_id, turn.session_id, turn.status, turn.stop_reason, turn.text, pending or [])
 
 
-def advance(rt: Runtime, turn_id: str, deadline: float | None = None) -> TurnOutcome:
-    """Advance ``turn_id`` (which the caller has claimed: status running) as far as it goes.
+@dataclass
+class Worker:
+    """One claim on a turn: who holds it, its time budget and the invocation's hard end."""
 
-    ``deadline`` (clock seconds) is the time budget: past it, the turn stops at a round boundary
-    and is handed to the resume worker, and the outcome says ``running``.
+    rt: Runtime
+    turn_id: str
+    runner: str
+    deadline: float | None = None
+    hard_limit: float | None = None
+
+    def lease_until(self) -> float:
+        """A lease end from now, never past the invocation's end."""
+        until = self.rt.stores.clock.now() + self.rt.lease_seconds
+        return min(until, self.hard_limit) if self.hard_limit is not None else until
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """Renew the lease every third of it while the step inside runs (a background thread)."""
+        stop = threading.Event()
+        interval = self.rt.lease_seconds / 3
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.rt.update_turn(self.turn_id, lambda t: ts.renew(t, self.runner, self.lease_until()))
+                except Exception:  # a missed beat only shortens the lease; the step goes on
+                    continue
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.turn_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+def advance(worker: Worker) -> TurnOutcome:
+    """Advance the turn ``worker`` has claimed as far as it goes.
+
+    Past ``worker.deadline`` (the time budget) the turn stops at a step boundary and is handed to
+    the resume worker (released in the same write that marks it ready), and the outcome says
+    ``running``.
     """
-    sessions, clock = rt.stores.sessions, rt.stores.clock
-    turn = _load(rt, turn_id)
+    rt = worker.rt
+    turn = _load(rt, worker.turn_id)
     config = rt.config_of(turn)
-    model = rt.model_for(config)
     history: list[Message] | None = None  # read once; our own appends extend it (CAS-guarded)
     while True:
-        turn = _load(rt, turn_id)  # each pass: the stop flag and status are checked here
-        if turn.status is not TurnStatus.RUNNING:
+        turn = _load(rt, worker.turn_id)  # each pass: the stop flag and the claim are checked here
+        if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
-            history = sessions.load(turn.session_id)
-        last = history[-1]
-        if last.role == "assistant":
-            if not last.tool_uses:
-                return finish(rt, config, turn, StopReason.END_TURN, last.text)
-            stopped = _batch(rt, config, turn, history)
-            if stopped is not None:
-                return stopped
-            continue
-        if _answers_a_denied_batch(rt, turn, history):
-            return finish(rt, config, turn, StopReason.DENIED, None)
-        if turn.stop_requested is not None:
-            return finish(rt, config, turn, turn.stop_requested, None)
-        rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
-        if rounds >= config.max_iterations:
-            return finish(rt, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
-        if deadline is not None and clock.now() >= deadline:
-            rt.event(turn_id, "handed_off", reason="time budget reached")
-            rt.invoker.invoke(turn_id, turn.code_version)
-            return outcome_of(turn)
-        request = ModelRequest(
-            config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
-        )
+            history = rt.stores.sessions.load(turn.session_id)
         try:
-            response = model.create(request)
-        except ModelError as exc:
-            rt.event(turn_id, "model_error", error=str(exc), retryable=exc.retryable)
-            return finish(rt, config, turn, StopReason.ERROR, f"model call failed: {exc}")
-        message = Message("assistant", response.content)
-        sessions.append(turn.session_id, [message], expected_len=len(history))
-        history.append(message)
-        rt.event(
-            turn_id,
-            "model_response",
-            stopReason=response.stop_reason,
-            toolUses=[u.name for u in message.tool_uses],
+            stopped = _step(worker, config, turn, history)
+        except VersionConflict:  # the session moved under us: another runner has the turn
+            history = None
+            continue
+        if stopped is not None:
+            return stopped
+
+
+def _step(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
+    """One step from the record; ``None`` means go round again."""
+    rt = worker.rt
+    if len(history) <= turn.start_seq:
+        return finish(
+            worker, config, turn, StopReason.ERROR, "the turn's message is missing from its session"
         )
-        rt.update_turn(turn_id, functools.partial(_renew, until=clock.now() + rt.lease_seconds), turn)
+    last = history[-1]
+    if last.role == "assistant":
+        if not last.tool_uses:
+            return finish(worker, config, turn, StopReason.END_TURN, last.text)
+        return _batch(worker, config, turn, history)
+    if turn.stop_requested is not None:
+        return finish(worker, config, turn, turn.stop_requested, None)
+    rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
+    if rounds >= config.max_iterations:
+        return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
+    if worker.deadline is not None and rt.stores.clock.now() >= worker.deadline:
+        return _hand_off(worker, turn)
+    request = ModelRequest(
+        config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
+    )
+    try:
+        with worker.heartbeat():
+            response = rt.model_for(config).create(request)
+    except ModelError as exc:
+        return _model_failed(worker, config, turn, exc)
+    _record_response(worker, turn, history, response)
+    return None
 
 
-def _renew(turn: TurnRecord, until: float) -> TurnRecord:
-    return replace(turn, lease_until=until)
+def _record_response(
+    worker: Worker, turn: TurnRecord, history: list[Message], response: ModelResponse
+) -> None:
+    """Append the model's message, reset its failure count and renew the lease: one write."""
+    rt = worker.rt
+    message = Message("assistant", response.content)
+    event = rt.stamp(
+        "model_response", stopReason=response.stop_reason, toolUses=[u.name for u in message.tool_uses]
+    )
+    add = Append(turn.session_id, (message,), len(history))
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        answered = ts.model_answered(t, worker.runner, worker.lease_until())
+        return None if answered is None else Change(t.turn_id, turn=answered, append=add, events=(event,))
+
+    if rt.transition(turn.turn_id, decide, turn=turn) is not None:
+        history.append(message)
+        faults.point("model_recorded")
 
 
-def _batch(rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]) -> TurnOutcome | None:
+def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: ModelError) -> TurnOutcome:
+    """A transient error waits durably and is retried by the sweep; anything else ends the turn."""
+    rt = worker.rt
+    failures = turn.model_failures + 1
+    error = rt.stamp("model_error", error=str(exc), retryable=exc.retryable, failures=failures)
+    if not exc.retryable or failures >= rt.max_model_failures:
+        rt.event(turn.turn_id, "model_error", error=str(exc), retryable=exc.retryable, failures=failures)
+        return finish(worker, config, turn, StopReason.ERROR, f"model call failed: {exc}")
+    at = rt.stores.clock.now() + rt.model_retry_seconds * 2 ** (failures - 1)
+    waiting = rt.stamp("retry_scheduled", retryAt=at)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        later = ts.retry_later(t, worker.runner, at)
+        return None if later is None else Change(t.turn_id, turn=later, events=(error, waiting))
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    return outcome_of(done.turn if done is not None and done.turn is not None else _load(rt, turn.turn_id))
+
+
+def _hand_off(worker: Worker, turn: TurnRecord) -> TurnOutcome:
+    """The time budget is spent: release the turn (ready, no lease) and invoke the resume worker."""
+    rt = worker.rt
+    now = rt.stores.clock.now()
+    event = rt.stamp("handed_off", reason="time budget reached")
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        ready = ts.hand_off(t, worker.runner, now, rt.handoff_grace)
+        return None if ready is None else Change(t.turn_id, turn=ready, events=(event,))
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    if done is None or done.turn is None:
+        return outcome_of(_load(rt, turn.turn_id))
+    hand_on(rt, done.turn)
+    return outcome_of(done.turn)
+
+
+def hand_on(rt: Runtime, turn: TurnRecord) -> None:
+    """Ask the resume worker to claim ``turn``; a failed invoke is recorded, the sweep retries it."""
+    try:
+        faults.point("invoke")
+        rt.invoker.invoke(turn.turn_id, turn.code_version)
+    except Exception as exc:  # the turn is durably ready: the sweep invokes it after the grace
+        try:
+            rt.event(turn.turn_id, "invoke_failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception:
+            return
+
+
+def _batch(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
     """Handle the tool_use batch at the end of history; ``None`` means go round again."""
-    if turn.checkpoint_id == checkpoint_id(turn, len(history) - 1):
-        return _close_batch(rt, config, turn, history)
-    # (a checkpoint_id of an earlier batch is left over from a crash between appending that
-    # batch's results and clearing it: that batch is answered; this one is new)
+    rt = worker.rt
+    seq = len(history) - 1
+    if turn.checkpoint_id == checkpoint_id(turn, seq):
+        return _close_batch(worker, config, turn, history)
     uses = history[-1].tool_uses
-    turn = _record_verdicts(rt, config, turn, uses)
+    turn = _record_verdicts(worker, config, turn, uses)
     plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now(), turn.sticky_tools)
     for use_id in plan.sticky:
         rt.event(turn.turn_id, "auto_approved", toolUseId=use_id, reason="approved for the rest of this turn")
     if turn.stop_requested is None and plan.denied:
         results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
         results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
-        _append_results(rt, turn, history, results)
-        return finish(rt, config, turn, StopReason.DENIED, None)
+        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
     results = list(plan.invalid.values())
     for use in plan.allowed:
-        stop = _stop_requested(rt, turn.turn_id)
-        results.append(outcomes.cancelled(use.id, stop) if stop else run_call(rt, config, turn.turn_id, use))
+        results.append(_run(worker, config, use))
     stop = _stop_requested(rt, turn.turn_id)
     if stop is not None:  # nothing new starts; what already ran keeps its result
         results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
         results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
-        _append_results(rt, turn, history, results)
-        return None  # the next pass sees stop_requested and finishes
+        return finish(worker, config, turn, stop, None, _answer(turn, history, results))
     if not plan.pending:
-        _append_results(rt, turn, history, results)
+        _append_results(worker, turn, history, results)
         return None
-    return _park(rt, config, turn, len(history) - 1, results, plan.pending)
+    return _park(worker, config, turn, seq, results, plan.pending)
+
+
+def _run(worker: Worker, config: AgentConfig, use: ToolUseBlock, edited: bool = False) -> ToolResultBlock:
+    """Run one call unless a stop was requested first (checked before every tool call)."""
+    stop = _stop_requested(worker.rt, worker.turn_id)
+    if stop is not None and use.id not in worker.rt.stores.turns.calls(worker.turn_id):
+        return outcomes.cancelled(use.id, stop)
+    with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
+        return run_call(worker.rt, config, worker.turn_id, use, edited)
 
 
 def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
-    """Re-read the turn's stop flag (checked before every tool call)."""
     current = rt.stores.turns.get_turn(turn_id)
     return current.stop_requested if current is not None else None
 
 
 def _close_batch(
-    rt: Runtime, config: AgentConfig, turn: TurnRecord, history: list[Message]
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
 ) -> TurnOutcome | None:
+    """The parked batch is closed: run what people approved, then answer the whole batch at once."""
+    rt = worker.rt
     assert turn.checkpoint_id is not None
     cp = rt.stores.checkpoints.get(turn.checkpoint_id)
-    if cp is None or not cp.complete:
-        return outcome_of(turn)
-    _append_results(rt, turn, history, list(cp.results_so_far))
-    if cp.denied:  # finish clears checkpoint_id in the same write
-        return finish(rt, config, turn, StopReason.DENIED, None)
-    rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=None), turn)
+    if cp is None or not cp.closed:
+        raise NotFound(
+            f"turn {turn.turn_id} is running on checkpoint {turn.checkpoint_id}, which is not closed"
+        )
+    results = list(cp.results_so_far)
+    for item in cp.approved.values():
+        edited = args_hash(item.tool, item.args) != item.args_hash
+        results.append(_run(worker, config, ToolUseBlock(item.tool_use_id, item.tool, item.args), edited))
+    if cp.denied:
+        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
+    _append_results(worker, turn, history, results, clear_checkpoint=True)
     return None
-
-
-def _answers_a_denied_batch(rt: Runtime, turn: TurnRecord, history: list[Message]) -> bool:
-    """True when the last message answers a batch that was denied (by a rule or a human).
-
-    The loop appends a denied batch's results and then finishes the turn; a crash between those
-    two writes leaves a running turn whose next step would call the model. This restores the stop.
-    """
-    seq = len(history) - 2
-    if seq < turn.start_seq or not history[seq].tool_uses:
-        return False
-    recorded = [turn.verdicts.get(u.id) for u in history[seq].tool_uses]
-    if any(v is not None and v.get("decision") == Decision.DENY.value for v in recorded):
-        return True
-    if turn.checkpoint_id != checkpoint_id(turn, seq):
-        return False
-    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
-    return cp is not None and cp.denied
 
 
 def checkpoint_id(turn: TurnRecord, seq: int) -> str:
@@ -188,33 +294,28 @@ def checkpoint_id(turn: TurnRecord, seq: int) -> str:
 
 
 def _record_verdicts(
-    rt: Runtime, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock]
+    worker: Worker, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock]
 ) -> TurnRecord:
     """Evaluate the gate for calls without a recorded verdict and record them (first write wins)."""
     if all(u.id in turn.verdicts for u in uses):
         return turn
     fresh = {u.id: config.rules.evaluate(u.name, u.input).to_dict() for u in uses}
-
-    def record(t: TurnRecord) -> TurnRecord | None:
-        missing = {k: v for k, v in fresh.items() if k not in t.verdicts}
-        return replace(t, verdicts={**t.verdicts, **missing}) if missing else None
-
-    return rt.update_turn(turn.turn_id, record, turn) or _load(rt, turn.turn_id)
+    recorded = worker.rt.update_turn(
+        turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
+    )
+    return recorded or _load(worker.rt, turn.turn_id)
 
 
 def _park(
-    rt: Runtime,
+    worker: Worker,
     config: AgentConfig,
     turn: TurnRecord,
     seq: int,
     results: list[ToolResultBlock],
     pending: list[PendingItem],
 ) -> TurnOutcome | None:
-    """Write the checkpoint and its pointers, mark the turn paused, notify.
-
-    ``None`` (go round again) when a previous run of this step wrote the checkpoint and died
-    before marking the turn paused, and people have since decided every item of it.
-    """
+    """Write the checkpoint, its pointers, the pause, its audit event and notifications: one write."""
+    rt = worker.rt
     cp = TurnCheckpoint(
         id=checkpoint_id(turn, seq),
         turn_id=turn.turn_id,
@@ -225,65 +326,72 @@ def _park(
         outstanding={p.pending_id: p for p in pending},
         created_at=rt.stores.clock.now(),
     )
-    try:
-        rt.stores.checkpoints.create(cp)
-    except AlreadyExists:  # a previous run of this step got this far; use what it wrote
-        stored = rt.stores.checkpoints.get(cp.id)
-        assert stored is not None
-        cp = stored
-        if cp.complete:
-            rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=cp.id))
-            return None
     stop = (
         StopReason.PENDING_QUESTION
         if all(p.kind == "question" for p in pending)
         else StopReason.PENDING_APPROVAL
     )
+    event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
+    notes = tuple(
+        r for p in pending for r in delivery.announce(rt, config, turn, *pending_notification(rt, turn, p))
+    )
 
-    def pause(t: TurnRecord) -> TurnRecord | None:
-        if t.stop_requested is not None:
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        paused = ts.pause(t, worker.runner, cp.id, stop, cp.next_expiry)
+        if paused is None:
             return None
-        return replace(t, status=TurnStatus.PAUSED, stop_reason=stop, checkpoint_id=cp.id)
+        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event,), outbox=notes)
 
-    paused = rt.update_turn(turn.turn_id, pause, turn)
-    if paused is None:  # a cancel or a new message arrived first: nobody is asked
-        why = "the turn was stopped before anyone was asked"
-        now = rt.stores.clock.now()
-        modify(rt, cp.id, lambda c: None if c.closed else abandon(c, why, {"decidedBy": "stop"}, now))
-        rt.update_turn(turn.turn_id, lambda t: replace(t, checkpoint_id=cp.id))
+    try:
+        done = rt.transition(turn.turn_id, decide, turn=turn)
+    except AlreadyExists:  # cannot happen with fresh pendingIds unless the batch was parked already
+        return outcome_of(_load(rt, turn.turn_id))
+    if done is None:  # a stop came first (nobody is asked), or the turn is no longer ours
         return None
-    turn = paused
-    items = list(cp.outstanding.values())
-    rt.event(turn.turn_id, "paused", stopReason=stop.value, pendingIds=[p.pending_id for p in items])
-    for item in items:
-        event, payload = pending_notification(rt, turn, item)
-        rt.notify(config, turn.turn_id, event, payload)
-    return outcome_of(turn, items)
+    faults.point("paused")
+    delivery.deliver(rt, notes)
+    assert done.turn is not None
+    return outcome_of(done.turn, pending)
+
+
+def _answer(turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]) -> Append:
+    """The one user message answering every tool_use of the batch, in tool_use order."""
+    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
+    ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+    return Append(turn.session_id, (Message("user", tuple(ordered)),), len(history))
 
 
 def _append_results(
-    rt: Runtime, turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]
+    worker: Worker,
+    turn: TurnRecord,
+    history: list[Message],
+    results: list[ToolResultBlock],
+    clear_checkpoint: bool = False,
 ) -> None:
-    """Append the one user message answering every tool_use of the batch, in tool_use order."""
-    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
-    ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
-    message = Message("user", tuple(ordered))
-    rt.stores.sessions.append(turn.session_id, [message], expected_len=len(history))
-    history.append(message)
+    """Append the batch's answer (and, for a parked batch, drop the checkpoint pointer): one write."""
+    add = _answer(turn, history, results)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        if t.status is not TurnStatus.RUNNING or t.runner != worker.runner:
+            return None
+        cleared = ts.clear_checkpoint(t, worker.runner) if clear_checkpoint else t
+        return Change(t.turn_id, turn=cleared or t, append=add)
+
+    if worker.rt.transition(turn.turn_id, decide, turn=turn) is not None:
+        history.extend(add.messages)
+        faults.point("results_appended")
 
 
 def finish(
-    rt: Runtime, config: AgentConfig, turn: TurnRecord, stop: StopReason, text: str | None
+    worker: Worker,
+    config: AgentConfig,
+    turn: TurnRecord,
+    stop: StopReason,
+    text: str | None,
+    answer: Append | None = None,
 ) -> TurnOutcome:
-    """Mark the turn finished, record it and fire ``run_finish``."""
-    done = rt.update_turn(
-        turn.turn_id,
-        lambda t: replace(t, status=TurnStatus.FINISHED, stop_reason=stop, text=text, checkpoint_id=None),
-        turn,
-    )
-    assert done is not None
-    turn = done
-    rt.event(turn.turn_id, "finished", stopReason=stop.value)
+    """Finish the turn (appending the batch's ``answer`` if given), record it, send ``run_finish``."""
+    rt = worker.rt
     payload = {
         "turnId": turn.turn_id,
         "sessionId": turn.session_id,
@@ -293,11 +401,30 @@ def finish(
         "text": text,
         "trigger": turn.trigger,
     }
-    rt.notify(config, turn.turn_id, "run_finish", payload)
-    waiting = [t for t in rt.stores.turns.session_turns(turn.session_id) if t.status is TurnStatus.QUEUED]
-    if waiting:  # the session is free: the next queued message starts its turn
-        rt.invoker.invoke(waiting[0].turn_id, waiting[0].code_version)
-    return outcome_of(turn)
+    notes = delivery.announce(rt, config, turn, "run_finish", payload)
+    event = rt.stamp("finished", stopReason=stop.value)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        done = ts.finish(t, worker.runner, stop, text)
+        return (
+            None
+            if done is None
+            else Change(t.turn_id, turn=done, append=answer, events=(event,), outbox=notes)
+        )
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    if done is None or done.turn is None:
+        return outcome_of(_load(rt, turn.turn_id))
+    delivery.deliver(rt, notes)
+    start_next_queued(rt, turn.session_id)
+    return outcome_of(done.turn)
+
+
+def start_next_queued(rt: Runtime, session_id: str) -> None:
+    """The session is free: the next queued message starts its turn (the sweep retries if lost)."""
+    waiting = [t for t in rt.stores.turns.session_turns(session_id) if t.status is TurnStatus.QUEUED]
+    if waiting:
+        hand_on(rt, waiting[0])
 
 
 def _load(rt: Runtime, turn_id: str) -> TurnRecord:

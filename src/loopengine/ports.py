@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from loopengine.checkpoint import TurnCheckpoint
 from loopengine.clock import Clock
 from loopengine.messages import Block, Message
+from loopengine.outbox import OutboxRecord
 from loopengine.turns import CallRecord, TurnRecord
 
 JsonDict = dict[str, Any]
@@ -56,8 +57,56 @@ class SessionStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Append:
+    """Messages to add to a session iff its history has exactly ``expected_len`` messages."""
+
+    session_id: str
+    messages: tuple[Message, ...]
+    expected_len: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """One atomic write of a state transition: all of it lands, or none of it.
+
+    ``turn`` and ``checkpoint`` are compare-and-set on the version they carry (the stored record
+    gets version + 1); ``new_turn`` / ``new_checkpoint`` are creates (a checkpoint with one pointer
+    per pendingId); ``append`` adds messages to a session (VersionConflict carrying the session's
+    current length, an int, if it moved). ``events`` (audit events of ``turn_id``, each with
+    ``type`` and ``at``) and ``outbox`` (notifications to send) ride in the same write, so what the
+    record says happened and what it announces can never disagree with the state.
+    """
+
+    turn_id: str
+    turn: TurnRecord | None = None
+    new_turn: TurnRecord | None = None
+    checkpoint: TurnCheckpoint | None = None
+    new_checkpoint: TurnCheckpoint | None = None
+    append: Append | None = None
+    events: tuple[JsonDict, ...] = ()
+    outbox: tuple[OutboxRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a :class:`Change` stored (records at their new versions)."""
+
+    turn: TurnRecord | None = None
+    checkpoint: TurnCheckpoint | None = None
+
+
 class TurnStore(Protocol):
     """Turn records, their audit events, per-call execution records and config snapshots."""
+
+    def commit(self, change: Change) -> Committed:
+        """Write ``change`` atomically.
+
+        A compare-and-set that lost raises VersionConflict carrying the stored record that
+        conflicted (a TurnRecord or TurnCheckpoint; None when it is gone); a create whose key is
+        taken raises AlreadyExists.
+        """
+        ...
 
     def create_turn(self, turn: TurnRecord) -> None:
         """Store a new turn."""
@@ -75,12 +124,21 @@ class TurnStore(Protocol):
         """Every turn of a session, oldest first."""
         ...
 
-    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
-        """Up to ``limit`` running turns whose ``lease_until`` is before ``now``, oldest lease first.
+    def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Up to ``limit`` turns whose ``due_at`` is at or before ``now``, earliest first.
 
-        Their runner died (or stalled): the sweep hands each to the resume invoker. The list may
-        be slightly stale (an eventually consistent index); the claim that follows re-checks.
+        The sweep's work list (see :mod:`loopengine.turn_state`): a dead runner's lease, a retry
+        that is due, an unclaimed hand-off, an expiry. It may be slightly stale (an eventually
+        consistent index); whatever acts on an entry re-checks the record.
         """
+        ...
+
+    def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
+        """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
+        ...
+
+    def put_outbox(self, record: OutboxRecord) -> None:
+        """Store a notification's delivery state (create or overwrite)."""
         ...
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:

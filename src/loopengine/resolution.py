@@ -1,36 +1,32 @@
 """Deciding pending items: approve (maybe with edited args), deny, answer.
 
-Every change to a checkpoint is a compare-and-set read-modify-write (:func:`~loopengine.cas.modify`), so two
-people clicking at once both get recorded and exactly one of them completes the batch. The
-writer whose change makes the checkpoint complete is the one that hands the turn on, and the
-resume itself is claimed with a compare-and-set on the turn, so a duplicate delivery does nothing.
+A resolve only *records* the decision: one atomic write of the checkpoint (and, when the decision
+closes the batch, of the turn, which becomes ready to resume) with its audit event. Nothing runs in
+the request: the resume worker claims the turn and runs the approved calls. Two people clicking at
+once are both recorded (compare-and-set, retried on the fresh record), and exactly one of them
+closes the batch and hands the turn on. A denial runs nothing, so the request closes the turn
+itself and answers ``denied`` at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine import checkpoint as cps
-from loopengine.batch import run_call
-from loopengine.cas import modify
+from loopengine import faults
+from loopengine import turn_state as ts
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.errors import (
-    Conflict,
-    Forbidden,
-    InvalidInput,
-    NotFound,
-    WrongKind,
-)
+from loopengine.errors import Conflict, Forbidden, InvalidInput, NotFound, WrongKind
 from loopengine.gate import Decision
 from loopengine.lifecycle import expire_due, resume_turn
-from loopengine.messages import ToolResultBlock, ToolUseBlock
+from loopengine.loop import hand_on
+from loopengine.ports import Change
 from loopengine.runtime import Runtime
 from loopengine.schema import validate_args
 from loopengine.turns import TurnRecord
 
 JsonDict = dict[str, Any]
-MAX_CAS_ATTEMPTS = 50
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ def _find(rt: Runtime, pending_id: str, kind: str) -> tuple[TurnCheckpoint, Pend
     if cp is None or item is None:
         return ALREADY
     if item.expires_at is not None and item.expires_at <= rt.stores.clock.now():
-        expire_due(rt, cp)  # the same answer the sweep would have given, just earlier
+        expire_due(rt, _turn(rt, cp.turn_id))  # the same transition the sweep makes, just earlier
         return EXPIRED
     if item.kind != kind:
         route = (
@@ -84,6 +80,50 @@ def _find(rt: Runtime, pending_id: str, kind: str) -> tuple[TurnCheckpoint, Pend
         )
         raise WrongKind(f"{pending_id} is a pending {item.kind}; use {route}")
     return cp, item
+
+
+Mark = Any  # a checkpoint transition applied to an open item: (cp, item) -> cp
+
+
+def _decide(
+    rt: Runtime,
+    turn: TurnRecord,
+    cp: TurnCheckpoint,
+    pending_id: str,
+    mark: Mark,
+    event: dict[str, Any],
+    sticky: str | None = None,
+) -> tuple[TurnCheckpoint, TurnRecord] | None:
+    """Record one decision in one write; ``None`` if the item is no longer open (a late click)."""
+    now = rt.stores.clock.now()
+    events = [event]
+    if sticky is not None:
+        events.append(rt.stamp("sticky_approval", tool=sticky, scope="turn", **_by(event)))
+
+    def decide(t: TurnRecord, c: TurnCheckpoint | None) -> Change | None:
+        item = _open_item(c, pending_id) if c is not None else None
+        if c is None or item is None:
+            return None
+        after = mark(c, item)
+        moved: TurnRecord | None = t
+        if after.closed:
+            moved = ts.ready(t, c.id, now, rt.handoff_grace)
+            if moved is None:  # the turn is not parked on this batch: nothing may decide it
+                return None
+        if sticky is not None and moved is not None:
+            moved = ts.stick(moved, sticky) or moved
+        changed = moved if moved is not t else None
+        return Change(t.turn_id, turn=changed, checkpoint=after, events=tuple(events))
+
+    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=cp.id, cp=cp)
+    if done is None or done.checkpoint is None:
+        return None
+    faults.point("decided")
+    return done.checkpoint, done.turn or turn
+
+
+def _by(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: event[k] for k in ("decidedBy", "channel") if k in event}
 
 
 def resolve_approval(
@@ -114,46 +154,32 @@ def resolve_approval(
     if item.approvers and not ({decider.identity, *decider.groups} & set(item.approvers)):
         raise Forbidden(f"{decider.identity} is not among the approvers of this call")
     turn = _turn(rt, cp.turn_id)
-    config = rt.config_of(turn)
     now, by = rt.stores.clock.now(), decider.record()
     if decision == "deny":
-        changed = modify(rt, cp.id, lambda c: _if_open(c, pending_id, cps.deny, comment, by, now))
-        if changed is None:
+        event = rt.stamp("decided", pendingId=pending_id, decision="deny", comment=comment, **by)
+        denied = _decide(rt, turn, cp, pending_id, lambda c, i: cps.deny(c, i, comment, by, now), event)
+        if denied is None:
             return ALREADY
-        rt.event(turn.turn_id, "decided", pendingId=pending_id, decision="deny", comment=comment, **by)
-        return _after(rt, turn.turn_id, *changed)
+        resume_turn(rt, turn.turn_id)  # a denial runs nothing: close the batch and finish, now
+        return _report(rt, *denied)
     args, edited = item.args, False
     if edited_args is not None:
-        args, edited = _check_edit(config, item, edited_args), True
-    changed = modify(rt, cp.id, lambda c: _if_open(c, pending_id, cps.claim_approval, args, by, now, edited))
-    if changed is None:
-        return ALREADY
-    rt.event(
-        turn.turn_id,
-        "decided",
-        pendingId=pending_id,
-        decision="approve",
-        edited=edited,
-        comment=comment,
-        **by,
+        args, edited = _check_edit(rt.config_of(turn), item, edited_args), True
+    event = rt.stamp(
+        "decided", pendingId=pending_id, decision="approve", edited=edited, comment=comment, **by
     )
-    if scope == "turn":
-        rt.update_turn(turn.turn_id, lambda t: _stick(t, item.tool))
-        rt.event(turn.turn_id, "sticky_approval", tool=item.tool, scope="turn", **by)
-    use = ToolUseBlock(item.tool_use_id, item.tool, args)
-    result = run_call(rt, config, turn.turn_id, use, edited)
-    done = modify(rt, cp.id, lambda c: _add_result(c, pending_id, result))
-    if done is None:  # a recovery already reported this call as unknown
-        return Resolution(turn_id=turn.turn_id, completed=changed[1].closed)
-    return _after(rt, turn.turn_id, *done)
-
-
-def _stick(turn: TurnRecord, tool: str) -> TurnRecord | None:
-    return None if tool in turn.sticky_tools else replace(turn, sticky_tools=(*turn.sticky_tools, tool))
-
-
-def _add_result(cp: TurnCheckpoint, pending_id: str, result: ToolResultBlock) -> TurnCheckpoint | None:
-    return cps.add_result(cp, pending_id, result) if pending_id in cp.inflight else None
+    approved = _decide(
+        rt,
+        turn,
+        cp,
+        pending_id,
+        lambda c, i: cps.approve(c, i, args, by, now, edited),
+        event,
+        sticky=item.tool if scope == "turn" else None,
+    )
+    if approved is None:
+        return ALREADY
+    return _report(rt, *approved)
 
 
 def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider) -> Resolution:
@@ -165,16 +191,12 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
         return found
     cp, _item = found
     now, by = rt.stores.clock.now(), decider.record()
-    changed = modify(rt, cp.id, lambda c: _if_open(c, pending_id, cps.answer, answer, by, now))
-    if changed is None:
+    event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by)
+    turn = _turn(rt, cp.turn_id)
+    answered = _decide(rt, turn, cp, pending_id, lambda c, i: cps.answer(c, i, answer, by, now), event)
+    if answered is None:
         return ALREADY
-    rt.event(cp.turn_id, "decided", pendingId=pending_id, decision="answer", **by)
-    return _after(rt, cp.turn_id, *changed)
-
-
-def _if_open(cp: TurnCheckpoint, pending_id: str, fn: Any, *args: Any) -> TurnCheckpoint | None:
-    item = _open_item(cp, pending_id)
-    return None if item is None else fn(cp, item, *args)
+    return _report(rt, *answered)
 
 
 def _check_edit(config: Any, item: PendingItem, edited_args: Any) -> JsonDict:
@@ -189,17 +211,13 @@ def _check_edit(config: Any, item: PendingItem, edited_args: Any) -> JsonDict:
     return edited_args
 
 
-def _after(rt: Runtime, turn_id: str, before: TurnCheckpoint, after: TurnCheckpoint) -> Resolution:
-    """Report, and if this write completed the batch, hand the turn on (exactly once)."""
-    completed = after.complete and not before.complete
-    if completed:
-        if after.denied:
-            resume_turn(rt, turn_id)  # no model call: append the results and finish as denied
-        else:
-            rt.invoker.invoke(turn_id, _turn(rt, turn_id).code_version)
+def _report(rt: Runtime, after: TurnCheckpoint, turn: TurnRecord) -> Resolution:
+    """Report; if this decision closed an approved/answered batch, hand the turn on."""
+    if after.closed and not after.denied:
+        hand_on(rt, turn)
     return Resolution(
         outstanding=len(after.outstanding),
-        turn_id=turn_id,
+        turn_id=after.turn_id,
         completed=after.closed,
         denied=after.denied,
         checkpoint_id=after.id,

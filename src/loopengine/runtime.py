@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loopengine.agent import AgentConfig, from_snapshot
-from loopengine.errors import NotFound, VersionConflict
-from loopengine.ports import ModelClient, Notification, Notifier, ResumeInvoker, Stores
+from loopengine.checkpoint import TurnCheckpoint
+from loopengine.errors import Conflict, NotFound, VersionConflict
+from loopengine.ports import Change, Committed, ModelClient, Notifier, ResumeInvoker, Stores
 from loopengine.tools import ToolFn
 from loopengine.turns import TurnRecord
+
+MAX_CAS_ATTEMPTS = 50
+Decide = Callable[[TurnRecord, TurnCheckpoint | None], Change | None]
 
 JsonDict = dict[str, Any]
 
@@ -29,7 +33,14 @@ class AgentSource(Protocol):
 
 @dataclass
 class Runtime:
-    """Stores, agents, model, notifier and resume invoker for one process."""
+    """Stores, agents, model, notifier and resume invoker for one process.
+
+    ``lease_seconds``: how long a runner's claim on a turn lasts between heartbeats (a dead
+    runner's turn is picked up by the sweep after at most this plus the sweep interval);
+    ``handoff_grace``: how long a turn made ready (or handed off) may stay unclaimed before the
+    sweep invokes it again; ``model_retry_seconds``: the first durable wait after a transient
+    model error (doubling, up to ``max_model_failures`` in a row, then the turn ends ``error``).
+    """
 
     stores: Stores
     agents: AgentSource
@@ -37,8 +48,10 @@ class Runtime:
     notifier_for: Callable[[AgentConfig], Notifier | None]
     invoker: ResumeInvoker
     public_url: str = ""
-    lease_seconds: float = 900.0
-    stale_call_seconds: float = 900.0
+    lease_seconds: float = 60.0
+    handoff_grace: float = 60.0
+    model_retry_seconds: float = 30.0
+    max_model_failures: int = 5
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
     _configs: dict[tuple[str, str], AgentConfig] = field(default_factory=dict, repr=False)
@@ -48,41 +61,81 @@ class Runtime:
 
         Snapshots are immutable (stored under their content hash), so each is read once per process.
         """
-        key = (turn.agent, turn.config_hash)
+        return self.config_by_hash(turn.agent, turn.config_hash)
+
+    def config_by_hash(self, agent: str, config_hash: str) -> AgentConfig:
+        """The config snapshot ``config_hash`` of ``agent``, with today's tool code."""
+        key = (agent, config_hash)
         if key not in self._configs:
-            snapshot = self.stores.turns.get_config(turn.config_hash)
+            snapshot = self.stores.turns.get_config(config_hash)
             if snapshot is None:
-                raise NotFound(f"config snapshot {turn.config_hash} of turn {turn.turn_id} is missing")
-            self._configs[key] = from_snapshot(snapshot, self.agents.code(turn.agent))
+                raise NotFound(f"config snapshot {config_hash} of agent {agent!r} is missing")
+            self._configs[key] = from_snapshot(snapshot, self.agents.code(agent))
         return self._configs[key]
+
+    def transition(
+        self,
+        turn_id: str,
+        decide: Decide,
+        *,
+        turn: TurnRecord | None = None,
+        checkpoint_id: str | None = None,
+        cp: TurnCheckpoint | None = None,
+    ) -> Committed | None:
+        """The one compare-and-set helper: apply ``decide`` to the latest records atomically.
+
+        ``decide(turn, checkpoint)`` (pure; it may run more than once) returns the
+        :class:`~loopengine.ports.Change` to write, or ``None`` to decline (then the result is
+        ``None``). A lost race brings the stored record of whichever side conflicted and
+        ``decide`` runs again on it. ``turn`` / ``cp`` are records the caller already holds: the
+        first attempt writes on them without reading (a stale one just costs the conflict).
+        Events of a landed change are passed to the observer.
+        """
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if turn is None:
+                turn = self.stores.turns.get_turn(turn_id)
+                if turn is None:
+                    raise NotFound(f"no turn {turn_id!r}")
+            if checkpoint_id is not None and cp is None:
+                cp = self.stores.checkpoints.get(checkpoint_id)
+            change = decide(turn, cp)
+            if change is None:
+                return None
+            try:
+                done = self.stores.turns.commit(change)
+            except VersionConflict as conflict:
+                if isinstance(conflict.current, TurnCheckpoint):
+                    cp = conflict.current
+                elif isinstance(conflict.current, TurnRecord):
+                    turn = conflict.current
+                else:
+                    turn, cp = None, None
+                continue
+            if self.observer is not None:
+                for event in change.events:
+                    self.observer(str(event["type"]), {"turnId": turn_id, **event})
+            return done
+        raise Conflict(f"turn {turn_id} is too contended; try again")
+
+    def stamp(self, kind: str, **data: Any) -> JsonDict:
+        """An audit event stamped with the clock, to ride in a :class:`~loopengine.ports.Change`."""
+        return {"type": kind, "at": self.stores.clock.now(), **data}
 
     def update_turn(
         self,
         turn_id: str,
         fn: Callable[[TurnRecord], TurnRecord | None],
         current: TurnRecord | None = None,
+        *events: JsonDict,
     ) -> TurnRecord | None:
-        """Apply ``fn`` to the latest turn record with compare-and-set, retrying on conflict.
+        """Apply ``fn`` (pure) to the turn alone through :meth:`transition`; ``events`` ride along."""
 
-        ``fn`` must be pure (it may run more than once); returning ``None`` declines the change,
-        and then the result is ``None``. Writers that each change different fields (the loop's
-        lease, a cancel request) therefore never undo each other. ``current`` is a record the
-        caller already holds: the first attempt writes on it without reading (a stale one just
-        costs the conflict, which brings the stored record).
-        """
-        if current is None:
-            current = self.stores.turns.get_turn(turn_id)
-        for _ in range(50):
-            if current is None:
-                raise NotFound(f"no turn {turn_id!r}")
-            changed = fn(current)
-            if changed is None:
-                return None
-            try:
-                return self.stores.turns.replace_turn(changed)
-            except VersionConflict as conflict:
-                current = conflict.current
-        raise VersionConflict(f"turn {turn_id} is too contended", current)
+        def decide(turn: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+            changed = fn(turn)
+            return None if changed is None else Change(turn_id, turn=changed, events=events)
+
+        done = self.transition(turn_id, decide, turn=current)
+        return done.turn if done is not None else None
 
     def event(self, turn_id: str, kind: str, **data: Any) -> None:
         """Append an audit event stamped with the clock (and tell the observer, if any)."""
@@ -90,18 +143,3 @@ class Runtime:
         self.stores.turns.add_event(turn_id, record)
         if self.observer is not None:
             self.observer(kind, {"turnId": turn_id, **record})
-
-    def notify(self, config: AgentConfig, turn_id: str, event: str, payload: JsonDict) -> None:
-        """Deliver one notification; a failure is recorded in the audit trail, never raised."""
-        wanted = (config.notifier or {}).get("events")
-        if wanted is not None and event not in wanted:
-            return
-        try:  # building the notifier can fail too (a misconfigured channel): same rule
-            notifier = self.notifier_for(config)
-            if notifier is None:
-                return
-            where = notifier.send(Notification(event, payload))
-        except Exception as exc:  # a notifier must never lose the turn
-            self.event(turn_id, "notification_failed", notification=event, error=str(exc))
-            return
-        self.event(turn_id, "notified", notification=event, channel=where)

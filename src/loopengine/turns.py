@@ -10,12 +10,23 @@ JsonDict = dict[str, Any]
 
 
 class TurnStatus(StrEnum):
-    """Where a turn is: running, paused on a human, or finished (any terminal stop)."""
+    """Where a turn is; see :mod:`loopengine.turn_state` for who moves it between these.
+
+    ``READY`` (its batch is complete, or it was handed off: waiting for a worker to claim it) and
+    ``RETRYING`` (waiting to call the model again after a transient error) show as ``running`` in
+    the HTTP API (:meth:`public`).
+    """
 
     QUEUED = "queued"
     RUNNING = "running"
+    READY = "ready"
+    RETRYING = "retrying"
     PAUSED = "paused"
     FINISHED = "finished"
+
+    def public(self) -> str:
+        """The status DESIGN.md's API shows: running, paused, queued or finished."""
+        return "running" if self in (TurnStatus.READY, TurnStatus.RETRYING) else self.value
 
 
 class StopReason(StrEnum):
@@ -40,7 +51,12 @@ class TurnRecord:
     maps toolUseId to the gate's recorded verdict (decided once, never re-evaluated);
     ``lease_until`` guards a running turn against a second runner; ``stop_requested`` (cancelled
     or superseded) makes the loop stop at its next step boundary; ``sticky_tools`` were approved
-    for the rest of this turn; ``queued_message`` is the message of a turn waiting for its session.
+    for the rest of this turn; ``queued_message`` is the user message the turn answers (the runner
+    appends it to the session at ``start_seq`` if it is not there yet). ``runner`` names the
+    invocation holding the lease; ``due_at`` is when the sweep must look at the turn if nothing
+    else moved it (lease end, retry time, the grace of an unclaimed hand-off, the first pending
+    item's expiry), ``None`` when nothing is due; ``model_failures`` counts transient model errors
+    in a row.
     """
 
     turn_id: str
@@ -62,6 +78,9 @@ class TurnRecord:
     stop_requested: StopReason | None = None
     sticky_tools: tuple[str, ...] = ()
     queued_message: str | None = None
+    runner: str | None = None
+    due_at: float | None = None
+    model_failures: int = 0
     version: int = 0
 
     def to_dict(self) -> JsonDict:
@@ -86,6 +105,9 @@ class TurnRecord:
             "stopRequested": self.stop_requested.value if self.stop_requested else None,
             "stickyTools": list(self.sticky_tools),
             "queuedMessage": self.queued_message,
+            "runner": self.runner,
+            "dueAt": self.due_at,
+            "modelFailures": self.model_failures,
             "version": self.version,
         }
 
@@ -112,6 +134,9 @@ class TurnRecord:
             stop_requested=StopReason(d["stopRequested"]) if d.get("stopRequested") else None,
             sticky_tools=tuple(d.get("stickyTools") or ()),
             queued_message=d.get("queuedMessage"),
+            runner=d.get("runner"),
+            due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
+            model_failures=int(d.get("modelFailures", 0)),
             version=int(d.get("version", 0)),
         )
 

@@ -27,8 +27,8 @@ def pending_item(item: PendingItem) -> JsonDict:
 
 def turn_outcome(out: TurnOutcome) -> tuple[int, JsonDict]:
     """Status code and body for a turn's outcome (messages route, resolve with ``?wait``)."""
-    if out.status in (TurnStatus.RUNNING, TurnStatus.QUEUED):
-        return 202, {"status": out.status.value, "turnId": out.turn_id, "sessionId": out.session_id}
+    if out.status not in (TurnStatus.PAUSED, TurnStatus.FINISHED):
+        return 202, {"status": out.status.public(), "turnId": out.turn_id, "sessionId": out.session_id}
     base = {
         "sessionId": out.session_id,
         "turnId": out.turn_id,
@@ -71,7 +71,7 @@ def turn_view(turn: TurnRecord, out: TurnOutcome, audit: list[JsonDict]) -> Json
         "sessionId": turn.session_id,
         "agent": turn.agent,
         "tenant": turn.tenant,
-        "status": turn.status.value,
+        "status": turn.status.public(),
         "stopReason": turn.stop_reason.value if turn.stop_reason else None,
         "pendingItems": [pending_item(p) for p in out.pending],
         "codeVersion": turn.code_version,
@@ -92,7 +92,7 @@ def cancelled(turn: TurnRecord) -> tuple[int, JsonDict]:
     """Status code and body for ``POST /turns/{turnId}/cancel``."""
     body: JsonDict = {
         "turnId": turn.turn_id,
-        "status": turn.status.value,
+        "status": turn.status.public(),
         "stopReason": turn.stop_reason.value if turn.stop_reason else None,
         "note": STOP_NOTE,
     }

@@ -40,9 +40,9 @@ def checkpoint(
     """A fresh open checkpoint holding ``items`` (one approval item if none are given)."""
     outstanding = {i.pending_id: i for i in (items or (item(),))}
     fields.setdefault("results_so_far", (ToolResultBlock(new_id("toolu_"), '{"status":"ok"}'),))
+    fields.setdefault("turn_id", new_id("turn_"))
     return TurnCheckpoint(
         id=new_id("cp_"),
-        turn_id=new_id("turn_"),
         session_id=new_id("s_"),
         agent=agent,
         tenant=tenant,

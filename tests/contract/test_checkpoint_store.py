@@ -26,7 +26,7 @@ def test_create_then_get_round_trips_every_field(stores: Stores) -> None:
         item(kind="approval"),
         item(kind="question", question="which address?", options=["home", "work"]),
         created_at=T0 + 0.123456,
-        inflight={running.pending_id: running},
+        approved={running.pending_id: running},
         decisions=({"pendingId": running.pending_id, "decision": "approve", "at": T0, **WHO},),
         results_so_far=(
             ToolResultBlock("toolu_a", '{"ok": true}'),
@@ -94,7 +94,7 @@ def test_replace_bumps_the_version_and_returns_what_it_stored(stores: Stores) ->
     cp = checkpoint(pending, item())
     stores.checkpoints.create(cp)
 
-    changed = transitions.claim_approval(cp, pending, pending.args, WHO, T0 + 1, edited=False)
+    changed = transitions.approve(cp, pending, pending.args, WHO, T0 + 1, edited=False)
     stored = stores.checkpoints.replace(changed)
 
     assert stored == dataclasses.replace(changed, version=cp.version + 1)
@@ -107,7 +107,7 @@ def test_a_stale_replace_conflicts_and_carries_the_current_record(stores: Stores
     cp = checkpoint(first, second)
     stores.checkpoints.create(cp)
     winner = stores.checkpoints.replace(transitions.deny(cp, first, None, WHO, T0 + 1))
-    late = transitions.claim_approval(cp, second, second.args, WHO, T0 + 2, edited=False)
+    late = transitions.approve(cp, second, second.args, WHO, T0 + 2, edited=False)
 
     with pytest.raises(VersionConflict) as lost:
         stores.checkpoints.replace(late)

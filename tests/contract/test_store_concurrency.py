@@ -97,7 +97,7 @@ def test_racing_approvals_of_one_item_have_exactly_one_winner(stores: Stores) ->
 
     def click(worker: int) -> bool:
         who = {"decidedBy": f"user{worker}"}
-        change = transitions.claim_approval(cp, pending, pending.args, who, T0, edited=False)
+        change = transitions.approve(cp, pending, pending.args, who, T0, edited=False)
         try:
             stores.checkpoints.replace(change)
         except VersionConflict:
@@ -108,7 +108,7 @@ def test_racing_approvals_of_one_item_have_exactly_one_winner(stores: Stores) ->
     final = stores.checkpoints.get(cp.id)
     assert final is not None
     assert final.version == 1
-    assert list(final.inflight) == [pending.pending_id]
+    assert list(final.approved) == [pending.pending_id]
 
 
 def test_racing_start_call_claims_the_call_exactly_once(stores: Stores) -> None:

@@ -165,36 +165,37 @@ def test_config_snapshots_are_write_once(stores: Stores) -> None:
     assert stores.turns.get_config("h2") is None
 
 
-def test_expired_leases_lists_running_turns_past_their_lease_oldest_first(stores: Stores) -> None:
-    later = turn(lease_until=T0 - 10)
-    earlier = turn(lease_until=T0 - 60)
-    live = turn(lease_until=T0 + 60)
-    paused = turn(status=TurnStatus.PAUSED, lease_until=T0 - 120)
-    finished = turn(status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN, lease_until=T0 - 120)
+def test_due_turns_lists_turns_due_by_now_earliest_first(stores: Stores) -> None:
+    later = turn(due_at=T0 - 10)
+    earlier = turn(due_at=T0 - 60)
+    live = turn(due_at=T0 + 60)
+    paused = turn(status=TurnStatus.PAUSED, due_at=None)
+    finished = turn(status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN, due_at=None)
     for record in (later, live, paused, earlier, finished):
         stores.turns.create_turn(record)
 
-    assert stores.turns.expired_leases(T0) == [earlier, later]
-    assert stores.turns.expired_leases(T0, limit=1) == [earlier]
-    assert stores.turns.expired_leases(T0 - 60) == []  # strictly before now
-    assert stores.turns.expired_leases(T0 + 61) == [earlier, later, live]
+    assert stores.turns.due_turns(T0) == [earlier, later]
+    assert stores.turns.due_turns(T0, limit=1) == [earlier]
+    assert stores.turns.due_turns(T0 - 61) == []
+    assert stores.turns.due_turns(T0 - 60) == [earlier]  # due at now is due
+    assert stores.turns.due_turns(T0 + 61) == [earlier, later, live]
 
 
-def test_a_renewed_lease_moves_and_a_turn_leaving_running_drops_out(stores: Stores) -> None:
-    first = turn(lease_until=T0 - 60)
-    second = turn(lease_until=T0 - 30)
+def test_a_moved_due_time_reorders_and_a_turn_with_nothing_due_drops_out(stores: Stores) -> None:
+    first = turn(due_at=T0 - 60)
+    second = turn(due_at=T0 - 30)
     for record in (first, second):
         stores.turns.create_turn(record)
 
-    renewed = stores.turns.replace_turn(dataclasses.replace(first, lease_until=T0 + 900))
-    assert stores.turns.expired_leases(T0) == [second]
-    assert stores.turns.expired_leases(T0 + 901) == [second, renewed]
+    renewed = stores.turns.replace_turn(dataclasses.replace(first, due_at=T0 + 900))
+    assert stores.turns.due_turns(T0) == [second]
+    assert stores.turns.due_turns(T0 + 901) == [second, renewed]
 
-    parked = stores.turns.replace_turn(dataclasses.replace(second, status=TurnStatus.PAUSED))
-    assert stores.turns.expired_leases(T0 + 901) == [renewed]
-    running_again = stores.turns.replace_turn(dataclasses.replace(parked, status=TurnStatus.RUNNING))
-    assert stores.turns.expired_leases(T0 + 901) == [running_again, renewed]
+    parked = stores.turns.replace_turn(dataclasses.replace(second, status=TurnStatus.PAUSED, due_at=None))
+    assert stores.turns.due_turns(T0 + 901) == [renewed]
+    expiring = stores.turns.replace_turn(dataclasses.replace(parked, due_at=T0 + 100))
+    assert stores.turns.due_turns(T0 + 901) == [expiring, renewed]
 
-    done = dataclasses.replace(renewed, status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN)
+    done = dataclasses.replace(renewed, status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN, due_at=None)
     stores.turns.replace_turn(done)
-    assert stores.turns.expired_leases(T0 + 901) == [running_again]
+    assert stores.turns.due_turns(T0 + 901) == [expiring]

@@ -16,34 +16,41 @@ messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the mess
                                                                   (one per item unless an append
                                                                   brings more than 99)
 session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
-turn             ``TURN#<tid>``     ``TURN``                      version, body; while running:
-                                                                  gsi1pk ``RUNNING``, gsi1sk
-                                                                  ``<t leaseUntil>#<tid>``
+turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
+                                                                  is due: gsi1pk ``DUE``, gsi1sk
+                                                                  ``<t dueAt>#<tid>``
 audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
                                                                   event counter, r: 24 random bits)
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
+notification     ``TURN#<tid>``     ``OUTBOX#<eventId>``          body; while undelivered: gsi1pk
+                                                                  ``OUTBOX``, gsi1sk
+                                                                  ``<t dueAt>#<eventId>``
 config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
 ===============  =================  ============================  ===============================
 
 *body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
 :mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
-sparse: only open checkpoints and running turns carry its keys, so closing a checkpoint or moving a
-turn out of running drops it from the index. All open checkpoints share the partition ``OPEN``
-(ordered by creation time); ``list_open`` narrows by agent and tenant with a FilterExpression on the
-``agent``/``tenant`` attributes. Running turns share the partition ``RUNNING`` (ordered by lease);
-``expired_leases`` reads the keys below ``<t now>#``.
+sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
+a checkpoint, a turn with nothing due or a delivered notification drops out of the index. All open
+checkpoints share the partition ``OPEN`` (ordered by creation time); ``list_open`` narrows by agent
+and tenant with a FilterExpression on the ``agent``/``tenant`` attributes. Due turns share the
+partition ``DUE`` and notifications ``OUTBOX``, ordered by due time; ``due_turns`` / ``due_outbox``
+read the keys below ``<t now>#~`` (no Scan).
 
 Guarantees, and how:
 
-- A pause is one TransactWriteItems: the checkpoint and one pointer per pendingId, each under
-  ``attribute_not_exists`` (plus a BatchWriteItem of blob parts first, only for a huge checkpoint).
+- A state transition (:meth:`DynamoTurnStore.commit`) is one TransactWriteItems: the turn and/or
+  checkpoint under their version conditions (creates under ``attribute_not_exists``, with one
+  pointer per pendingId), plus its audit events and outbox records (plus a BatchWriteItem of blob
+  parts first, only for a huge record).
 - ``replace``/``replace_turn`` are PutItems conditioned on the stored ``version``; the loser gets
   :class:`~loopengine.errors.VersionConflict` carrying the stored record from ALL_OLD, no second read.
 - An append is one transaction: the head's ``length`` must equal ``expected_len`` and each new
   message item must be absent; the loser learns the current length from the head's ALL_OLD.
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
-  strongly consistent; only ``list_open`` and ``expired_leases`` (``gsi1``) are eventually consistent.
+  strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (``gsi1``) are eventually
+  consistent.
 
 TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
 records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
@@ -56,7 +63,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -64,7 +71,8 @@ from loopengine.checkpoint import TurnCheckpoint
 from loopengine.clock import Clock
 from loopengine.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.messages import Message
-from loopengine.ports import JsonDict, Stores
+from loopengine.outbox import OutboxRecord
+from loopengine.ports import Change, Committed, JsonDict, Stores
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -78,7 +86,7 @@ from loopengine.stores.dynamodb_table import (
     create_table,
     version_is,
 )
-from loopengine.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.turns import CallRecord, TurnRecord
 
 _EVENT_COUNTER = itertools.count(1)
 
@@ -130,13 +138,7 @@ class DynamoCheckpointStore(DynamoStore):
 
     def create(self, cp: TurnCheckpoint) -> None:
         """Write the checkpoint and its pointers in one transaction; AlreadyExists if any is taken."""
-        if len(cp.outstanding) >= TRANSACTION_ITEMS:
-            raise StoreError(f"a checkpoint holds at most {TRANSACTION_ITEMS - 1} pending items here")
-        pointers = [
-            {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id)}
-            for pending_id in cp.outstanding
-        ]
-        actions = [self.table.put_action(item, ABSENT) for item in (self._checkpoint_item(cp), *pointers)]
+        actions = _create_checkpoint_actions(self, cp)
         try:
             self.table.transact(actions)
         except TransactionCancelled as exc:
@@ -174,10 +176,23 @@ class DynamoCheckpointStore(DynamoStore):
         return [cp for cp in found if not cp.closed]
 
     def _checkpoint_item(self, cp: TurnCheckpoint) -> Item:
-        listed = {} if cp.closed else {"gsi1pk": s("OPEN"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
-        ttl = self._ttl() if cp.closed else {}
-        attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
-        return self._item(f"CP#{cp.id}", "CP", cp.to_dict(), {**attributes, **listed, **ttl})
+        return _checkpoint_item(self, cp)
+
+
+def _checkpoint_item(store: DynamoStore, cp: TurnCheckpoint) -> Item:
+    listed = {} if cp.closed else {"gsi1pk": s("OPEN"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
+    ttl = store._ttl() if cp.closed else {}
+    attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
+    return store._item(f"CP#{cp.id}", "CP", cp.to_dict(), {**attributes, **listed, **ttl})
+
+
+def _create_checkpoint_actions(store: DynamoStore, cp: TurnCheckpoint) -> list[dict[str, Any]]:
+    if len(cp.outstanding) >= TRANSACTION_ITEMS - 10:
+        raise StoreError(f"a checkpoint holds at most {TRANSACTION_ITEMS - 11} pending items here")
+    pointers = [
+        {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id)} for pending_id in cp.outstanding
+    ]
+    return [store.table.put_action(item, ABSENT) for item in (_checkpoint_item(store, cp), *pointers)]
 
 
 class DynamoSessionStore(DynamoStore):
@@ -196,44 +211,122 @@ class DynamoSessionStore(DynamoStore):
         One transaction: the head moves from ``expected_len`` to the new length and every new
         message item must be absent, so two appenders can never both land.
         """
-        pk = f"SESSION#{session_id}"
-        size = -(-len(messages) // (TRANSACTION_ITEMS - 1)) or 1  # messages per item: 1 unless > 99
-        groups = [messages[i : i + size] for i in range(0, len(messages), size)]
-        limit = min(INLINE_LIMIT, TRANSACTION_BUDGET // max(len(groups), 1))
-        head = {**key(pk, "HEAD"), "length": n(expected_len + len(messages))}
-        at_expected = Condition(
-            "#length = :expected" if expected_len else "attribute_not_exists(pk) OR #length = :expected",
-            {"#length": "length"},
-            {":expected": n(expected_len)},
-        )
-        actions = [self.table.put_action(head, at_expected)]
-        seq = expected_len
-        for group in groups:
-            item = self._item(pk, f"MSG#{seq:010d}", [m.to_dict() for m in group], limit=limit)
-            actions.append(self.table.put_action(item, ABSENT))
-            seq += len(group)
         try:
-            self.table.transact(actions)
+            self.table.transact(_append_actions(self, session_id, messages, expected_len))
         except TransactionCancelled as lost:
-            if not lost.failed(0):
-                raise StoreError(f"session {session_id}: messages exist past the head") from lost
-            old = lost.old(0)
-            current = int(old["length"]["N"]) if old else 0
-            message = f"session {session_id} has {current} messages, not {expected_len}"
-            raise VersionConflict(message, current=current) from None
+            raise _append_conflict(lost, 0, session_id, expected_len) from None
+
+
+def _append_actions(
+    store: DynamoStore, session_id: str, messages: Sequence[Message], expected_len: int
+) -> list[dict[str, Any]]:
+    """The head moves from ``expected_len`` to the new length; every new message item is absent."""
+    pk = f"SESSION#{session_id}"
+    size = -(-len(messages) // (TRANSACTION_ITEMS - 11)) or 1  # messages per item: 1 unless > 89
+    groups = [messages[i : i + size] for i in range(0, len(messages), size)]
+    limit = min(INLINE_LIMIT, TRANSACTION_BUDGET // 2 // max(len(groups), 1))
+    head = {**key(pk, "HEAD"), "length": n(expected_len + len(messages))}
+    at_expected = Condition(
+        "#length = :expected" if expected_len else "attribute_not_exists(pk) OR #length = :expected",
+        {"#length": "length"},
+        {":expected": n(expected_len)},
+    )
+    actions = [store.table.put_action(head, at_expected)]
+    seq = expected_len
+    for group in groups:
+        item = store._item(pk, f"MSG#{seq:010d}", [m.to_dict() for m in group], limit=limit)
+        actions.append(store.table.put_action(item, ABSENT))
+        seq += len(group)
+    return actions
+
+
+def _append_conflict(lost: TransactionCancelled, head: int, session_id: str, expected_len: int) -> Exception:
+    if not lost.failed(head):
+        return StoreError(f"session {session_id}: messages exist past the head")
+    old = lost.old(head)
+    current = int(old["length"]["N"]) if old else 0
+    return VersionConflict(
+        f"session {session_id} has {current} messages, not {expected_len}", current=current
+    )
 
 
 class DynamoTurnStore(DynamoStore):
     """TurnStore on DynamoDB: turns (indexed per session), events, call claims, config snapshots."""
 
+    def commit(self, change: Change) -> Committed:
+        """One TransactWriteItems for the whole transition (see :class:`~loopengine.ports.Change`).
+
+        A failed version condition becomes VersionConflict carrying that record's ALL_OLD; a taken
+        create key becomes AlreadyExists.
+        """
+        actions: list[dict[str, Any]] = []
+        parsers: list[Callable[[JsonDict], Any] | None] = []
+        turn: TurnRecord | None = None
+        cp: TurnCheckpoint | None = None
+        if change.new_turn is not None:
+            turn = change.new_turn
+            created = self._create_turn_actions(turn)
+            actions += created
+            parsers += [None] * len(created)
+        if change.turn is not None:
+            turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
+            actions.append(self.table.put_action(self._turn_item(turn), version_is(change.turn.version)))
+            parsers.append(TurnRecord.from_dict)
+        if change.new_checkpoint is not None:
+            cp = change.new_checkpoint
+            created = _create_checkpoint_actions(self, cp)
+            actions += created
+            parsers += [None] * len(created)
+        if change.checkpoint is not None:
+            cp = dataclasses.replace(change.checkpoint, version=change.checkpoint.version + 1)
+            expected = version_is(change.checkpoint.version)
+            actions.append(self.table.put_action(_checkpoint_item(self, cp), expected))
+            parsers.append(TurnCheckpoint.from_dict)
+        head = -1
+        if change.append is not None:
+            add = change.append
+            head = len(actions)
+            appended = _append_actions(self, add.session_id, add.messages, add.expected_len)
+            actions += appended
+            parsers += [None] * len(appended)
+        for event in change.events:
+            actions.append(self.table.put_action(self._event_item(change.turn_id, event), ABSENT))
+            parsers.append(None)
+        for record in change.outbox:
+            actions.append(self.table.put_action(self._outbox_item(record), ABSENT))
+            parsers.append(None)
+        if len(actions) > TRANSACTION_ITEMS:
+            raise StoreError(
+                f"a state change of turn {change.turn_id} needs more than {TRANSACTION_ITEMS} items"
+            )
+        try:
+            self.table.transact(actions)
+        except TransactionCancelled as lost:
+            if head >= 0 and change.append is not None and lost.failed(head):
+                raise _append_conflict(
+                    lost, head, change.append.session_id, change.append.expected_len
+                ) from None
+            for index, parse in enumerate(parsers):
+                if lost.failed(index) and parse is not None:
+                    old = lost.old(index)
+                    current = parse(self.table.decode(old)) if old else None
+                    raise VersionConflict(
+                        f"turn {change.turn_id}: a record changed", current=current
+                    ) from None
+            raise AlreadyExists(f"turn {change.turn_id}: a record to create exists") from lost
+        return Committed(turn, cp)
+
     def create_turn(self, turn: TurnRecord) -> None:
         """Store the turn and its session index entry in one transaction; AlreadyExists if taken."""
-        index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
-        items = (self._turn_item(turn), {**index, "turnId": s(turn.turn_id)})
         try:
-            self.table.transact([self.table.put_action(item, ABSENT) for item in items])
+            self.table.transact(self._create_turn_actions(turn))
         except TransactionCancelled as exc:
             raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
+
+    def _create_turn_actions(self, turn: TurnRecord) -> list[dict[str, Any]]:
+        index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
+        items = (self._turn_item(turn), {**index, "turnId": s(turn.turn_id)})
+        return [self.table.put_action(item, ABSENT) for item in items]
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
@@ -255,15 +348,26 @@ class DynamoTurnStore(DynamoStore):
         turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
-    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
-        """Running turns whose lease ended before ``now``, oldest lease first (eventually consistent).
+    def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Turns due at or before ``now``, earliest first (eventually consistent).
 
-        A turn renewed or finished since the index was updated is left out after reading it back.
+        A turn moved on since the index was updated is left out after reading it back.
         """
-        items = self.table.query("RUNNING", index=True, below=f"{sortable(now)}#", Limit=limit)
+        items = self.table.query("DUE", index=True, below=f"{sortable(now)}#~", Limit=limit)
         found = (TurnRecord.from_dict(self.table.decode(i)) for i in items)
-        stale = (t for t in found if t.status is TurnStatus.RUNNING and t.lease_until < now)
-        return list(itertools.islice(stale, limit))
+        due = (t for t in found if t.due_at is not None and t.due_at <= now)
+        return list(itertools.islice(due, limit))
+
+    def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
+        """Undelivered notifications due at or before ``now``, earliest first (eventually consistent)."""
+        items = self.table.query("OUTBOX", index=True, below=f"{sortable(now)}#~", Limit=limit)
+        found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
+        due = (r for r in found if r.due_at is not None and r.due_at <= now)
+        return list(itertools.islice(due, limit))
+
+    def put_outbox(self, record: OutboxRecord) -> None:
+        """Store a notification's delivery state (one PutItem)."""
+        self.table.put(self._outbox_item(record))
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event in one PutItem, ordered by its time.
@@ -272,10 +376,21 @@ class DynamoTurnStore(DynamoStore):
         the clock; equal stamps from this process keep their order through the counter, and the
         random tail keeps two processes from ever writing the same key.
         """
+        self.table.put(self._event_item(turn_id, event))
+
+    def _event_item(self, turn_id: str, event: JsonDict) -> Item:
         at = event.get("at")
         stamp = float(at) if isinstance(at, int | float) else self.clock.now()
         sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
-        self.table.put(self._item(f"TURN#{turn_id}", sk, event, self._ttl()))
+        return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
+
+    def _outbox_item(self, record: OutboxRecord) -> Item:
+        listed: Item = {}
+        if record.due_at is not None:
+            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.event_id}")}
+        ttl = self._ttl() if record.due_at is None else {}
+        sk = f"OUTBOX#{record.event_id}"
+        return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
 
     def events(self, turn_id: str) -> list[JsonDict]:
         """The turn's audit events in the order they were added."""
@@ -326,9 +441,9 @@ class DynamoTurnStore(DynamoStore):
 
     def _turn_item(self, turn: TurnRecord) -> Item:
         attributes = {"version": n(turn.version)}
-        if turn.status is TurnStatus.RUNNING:  # a put replaces the whole item: otherwise unlisted
-            listed = f"{sortable(turn.lease_until)}#{turn.turn_id}"
-            attributes |= {"gsi1pk": s("RUNNING"), "gsi1sk": s(listed)}
+        if turn.due_at is not None:  # a put replaces the whole item: otherwise unlisted
+            listed = f"{sortable(turn.due_at)}#{turn.turn_id}"
+            attributes |= {"gsi1pk": s("DUE"), "gsi1sk": s(listed)}
         return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
 
     def _call_item(self, call: CallRecord) -> Item:

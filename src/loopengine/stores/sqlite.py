@@ -7,9 +7,11 @@ atomic across threads *and* processes on one machine; a writer that finds the lo
 the busy timeout, then fails with :class:`~loopengine.errors.StoreError`.
 
 Records are stored as their JSON ``to_dict`` form in ``body``; the columns beside it (see
-``_SCHEMA``) exist only to filter, order or compare; ``running_turns`` lists the running turns
-by lease, kept in step with ``turns`` in the same transaction (a table of its own, so a database
-made before it existed keeps working). A session is one row per message, so an append
+``_SCHEMA``) exist only to filter, order or compare; ``due_turns`` lists the turns that are due
+for the sweep by ``due_at``, kept in step with ``turns`` in the same transaction (a table of its
+own, so a database made before it existed keeps working); ``outbox`` holds notifications, indexed
+by due time while undelivered. :meth:`SqliteTurnStore.commit` writes a whole state transition
+(turn, checkpoint, events, outbox) in one transaction. A session is one row per message, so an append
 never rewrites history; a tool call's row is its claim that it runs at most once.
 """
 
@@ -29,8 +31,9 @@ from loopengine.checkpoint import TurnCheckpoint
 from loopengine.clock import Clock
 from loopengine.errors import AlreadyExists, ConfigError, StoreError, VersionConflict
 from loopengine.messages import Message
-from loopengine.ports import JsonDict, Stores
-from loopengine.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.outbox import OutboxRecord
+from loopengine.ports import Change, Committed, JsonDict, Stores
+from loopengine.turns import CallRecord, TurnRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
@@ -44,8 +47,11 @@ CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, seq INTEGER NOT N
 CREATE TABLE IF NOT EXISTS turns (turn_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
     created_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id, created_at);
-CREATE TABLE IF NOT EXISTS running_turns (turn_id TEXT PRIMARY KEY, lease_until REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS running_turns_by_lease ON running_turns (lease_until, turn_id);
+CREATE TABLE IF NOT EXISTS due_turns (turn_id TEXT PRIMARY KEY, due_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS due_turns_by_time ON due_turns (due_at, turn_id);
+CREATE TABLE IF NOT EXISTS outbox (event_id TEXT PRIMARY KEY, turn_id TEXT NOT NULL,
+    due_at REAL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (due_at, event_id) WHERE due_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
     turn_id TEXT NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS turn_events_by_turn ON turn_events (turn_id, seq);
@@ -225,13 +231,7 @@ class SqliteCheckpointStore(_SqliteStore):
     def create(self, cp: TurnCheckpoint) -> None:
         """Write the checkpoint and its pointers in one transaction; AlreadyExists if taken."""
         with self.db.write() as conn:
-            try:
-                _insert(conn, "checkpoints", _checkpoint_row(cp))
-                for pending_id in cp.outstanding:
-                    row = {"pending_id": pending_id, "checkpoint_id": cp.id}
-                    _insert(conn, "pending_pointers", row)
-            except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(f"checkpoint {cp.id} or one of its pendingIds exists") from exc
+            _create_checkpoint(conn, cp)
 
     def get(self, checkpoint_id: str) -> TurnCheckpoint | None:
         """Read by checkpoint id."""
@@ -249,11 +249,8 @@ class SqliteCheckpointStore(_SqliteStore):
 
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""
-        stored = dataclasses.replace(cp, version=cp.version + 1)
         with self.db.write() as conn:
-            row = _checkpoint_row(stored)
-            _compare_and_set(conn, "checkpoints", "id", row, cp.version, TurnCheckpoint.from_dict)
-        return stored
+            return _replace_checkpoint(conn, cp)
 
     def list_open(self, agent: str | None = None, tenant: str | None = None) -> list[TurnCheckpoint]:
         """Checkpoints not yet closed, oldest first, optionally for one agent and/or tenant."""
@@ -265,6 +262,21 @@ class SqliteCheckpointStore(_SqliteStore):
                 params.append(value)
         rows = self.db.bodies(sql + " ORDER BY created_at, rowid", params)
         return [TurnCheckpoint.from_dict(found) for found in rows]
+
+
+def _create_checkpoint(conn: sqlite3.Connection, cp: TurnCheckpoint) -> None:
+    try:
+        _insert(conn, "checkpoints", _checkpoint_row(cp))
+        for pending_id in cp.outstanding:
+            _insert(conn, "pending_pointers", {"pending_id": pending_id, "checkpoint_id": cp.id})
+    except sqlite3.IntegrityError as exc:
+        raise AlreadyExists(f"checkpoint {cp.id} or one of its pendingIds exists") from exc
+
+
+def _replace_checkpoint(conn: sqlite3.Connection, cp: TurnCheckpoint) -> TurnCheckpoint:
+    stored = dataclasses.replace(cp, version=cp.version + 1)
+    _compare_and_set(conn, "checkpoints", "id", _checkpoint_row(stored), cp.version, TurnCheckpoint.from_dict)
+    return stored
 
 
 def _checkpoint_row(cp: TurnCheckpoint) -> dict[str, Any]:
@@ -283,29 +295,51 @@ class SqliteSessionStore(_SqliteStore):
     def append(self, session_id: str, messages: list[Message], expected_len: int) -> None:
         """Append iff the history has ``expected_len`` messages; VersionConflict(current=length)."""
         with self.db.write() as conn:
-            sql = "SELECT COUNT(*) FROM messages WHERE session_id = ?"
-            (length,) = conn.execute(sql, (session_id,)).fetchone()
-            if length != expected_len:
-                raise VersionConflict(
-                    f"session {session_id} has {length} messages, not {expected_len}",
-                    current=length,
-                )
-            for seq, message in enumerate(messages, start=length):
-                row = {"session_id": session_id, "seq": seq, "body": _dumps(message.to_dict())}
-                _insert(conn, "messages", row)
+            _append(conn, session_id, messages, expected_len)
+
+
+def _append(
+    conn: sqlite3.Connection, session_id: str, messages: Sequence[Message], expected_len: int
+) -> None:
+    (length,) = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
+    if length != expected_len:
+        raise VersionConflict(
+            f"session {session_id} has {length} messages, not {expected_len}", current=length
+        )
+    for seq, message in enumerate(messages, start=length):
+        row = {"session_id": session_id, "seq": seq, "body": _dumps(message.to_dict())}
+        _insert(conn, "messages", row)
 
 
 class SqliteTurnStore(_SqliteStore):
     """TurnStore on SQLite: turns, their audit events, tool-call claims and config snapshots."""
 
+    def commit(self, change: Change) -> Committed:
+        """Write a whole transition in one transaction (see :class:`~loopengine.ports.Change`)."""
+        turn: TurnRecord | None = None
+        cp: TurnCheckpoint | None = None
+        with self.db.write() as conn:
+            if change.new_turn is not None:
+                _create_turn(conn, turn := change.new_turn)
+            if change.turn is not None:
+                turn = _replace_turn(conn, change.turn)
+            if change.new_checkpoint is not None:
+                _create_checkpoint(conn, cp := change.new_checkpoint)
+            if change.checkpoint is not None:
+                cp = _replace_checkpoint(conn, change.checkpoint)
+            if change.append is not None:
+                add = change.append
+                _append(conn, add.session_id, add.messages, add.expected_len)
+            for event in change.events:
+                _insert(conn, "turn_events", {"turn_id": change.turn_id, "body": _dumps(event)})
+            for record in change.outbox:
+                _put_outbox(conn, record)
+        return Committed(turn, cp)
+
     def create_turn(self, turn: TurnRecord) -> None:
         """Store a new turn; AlreadyExists if its id is taken."""
         with self.db.write() as conn:
-            try:
-                _insert(conn, "turns", _turn_row(turn))
-            except sqlite3.IntegrityError as exc:
-                raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
-            _track_lease(conn, turn)
+            _create_turn(conn, turn)
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
@@ -314,25 +348,34 @@ class SqliteTurnStore(_SqliteStore):
 
     def replace_turn(self, turn: TurnRecord) -> TurnRecord:
         """Compare-and-set on ``turn.version``; VersionConflict carries the stored record."""
-        stored = dataclasses.replace(turn, version=turn.version + 1)
         with self.db.write() as conn:
-            row = _turn_row(stored)
-            _compare_and_set(conn, "turns", "turn_id", row, turn.version, TurnRecord.from_dict)
-            _track_lease(conn, stored)
-        return stored
+            return _replace_turn(conn, turn)
 
     def session_turns(self, session_id: str) -> list[TurnRecord]:
         """Every turn of a session, oldest first."""
         sql = "SELECT body FROM turns WHERE session_id = ? ORDER BY created_at, rowid"
         return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (session_id,))]
 
-    def expired_leases(self, now: float, limit: int = 100) -> list[TurnRecord]:
-        """Running turns whose lease ended before ``now``, oldest lease first (ties by turn id)."""
+    def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Turns due at or before ``now``, earliest first (ties by turn id)."""
         sql = (
-            "SELECT t.body FROM running_turns r JOIN turns t ON t.turn_id = r.turn_id"
-            " WHERE r.lease_until < ? ORDER BY r.lease_until, r.turn_id LIMIT ?"
+            "SELECT t.body FROM due_turns d JOIN turns t ON t.turn_id = d.turn_id"
+            " WHERE d.due_at <= ? ORDER BY d.due_at, d.turn_id LIMIT ?"
         )
         return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
+
+    def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
+        """Undelivered notifications due at or before ``now``, earliest first."""
+        sql = (
+            "SELECT body FROM outbox WHERE due_at IS NOT NULL AND due_at <= ?"
+            " ORDER BY due_at, event_id LIMIT ?"
+        )
+        return [OutboxRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
+
+    def put_outbox(self, record: OutboxRecord) -> None:
+        """Store a notification's delivery state."""
+        with self.db.write() as conn:
+            _put_outbox(conn, record)
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event."""
@@ -393,14 +436,35 @@ def _turn_row(turn: TurnRecord) -> dict[str, Any]:
     return {**columns, "created_at": turn.created_at, "body": _dumps(turn.to_dict())}
 
 
-def _track_lease(conn: sqlite3.Connection, turn: TurnRecord) -> None:
-    """List ``turn`` in ``running_turns`` while it runs, by its lease; drop it once it does not."""
-    if turn.status is TurnStatus.RUNNING:
-        row = {"turn_id": turn.turn_id, "lease_until": turn.lease_until}
-        upsert = "ON CONFLICT (turn_id) DO UPDATE SET lease_until = excluded.lease_until"
-        _insert(conn, "running_turns", row, upsert)
+def _create_turn(conn: sqlite3.Connection, turn: TurnRecord) -> None:
+    try:
+        _insert(conn, "turns", _turn_row(turn))
+    except sqlite3.IntegrityError as exc:
+        raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
+    _track_due(conn, turn)
+
+
+def _replace_turn(conn: sqlite3.Connection, turn: TurnRecord) -> TurnRecord:
+    stored = dataclasses.replace(turn, version=turn.version + 1)
+    _compare_and_set(conn, "turns", "turn_id", _turn_row(stored), turn.version, TurnRecord.from_dict)
+    _track_due(conn, stored)
+    return stored
+
+
+def _track_due(conn: sqlite3.Connection, turn: TurnRecord) -> None:
+    """List ``turn`` in ``due_turns`` by its ``due_at``; drop it while nothing is due."""
+    if turn.due_at is not None:
+        row = {"turn_id": turn.turn_id, "due_at": turn.due_at}
+        upsert = "ON CONFLICT (turn_id) DO UPDATE SET due_at = excluded.due_at"
+        _insert(conn, "due_turns", row, upsert)
     else:
-        conn.execute("DELETE FROM running_turns WHERE turn_id = ?", (turn.turn_id,))
+        conn.execute("DELETE FROM due_turns WHERE turn_id = ?", (turn.turn_id,))
+
+
+def _put_outbox(conn: sqlite3.Connection, record: OutboxRecord) -> None:
+    row = {"event_id": record.event_id, "turn_id": record.turn_id, "due_at": record.due_at}
+    upsert = "ON CONFLICT (event_id) DO UPDATE SET due_at = excluded.due_at, body = excluded.body"
+    _insert(conn, "outbox", {**row, "body": _dumps(record.to_dict())}, upsert)
 
 
 def _call_row(call: CallRecord) -> dict[str, Any]:

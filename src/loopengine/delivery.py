@@ -1,0 +1,80 @@
+"""Sending what the outbox holds: right after the write that recorded it, then by the sweep.
+
+See :mod:`loopengine.outbox` for the record and its states. A failure is recorded (the record's
+``lastError`` and a ``notification_failed`` audit event), never raised: a notifier must never lose
+the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from loopengine import faults, outbox
+from loopengine.agent import AgentConfig
+from loopengine.ids import new_id
+from loopengine.outbox import OutboxRecord
+from loopengine.ports import Notification
+from loopengine.runtime import Runtime
+from loopengine.turns import TurnRecord
+
+JsonDict = dict[str, Any]
+
+
+def announce(
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, event: str, payload: JsonDict
+) -> tuple[OutboxRecord, ...]:
+    """The outbox record for ``event`` (none when the agent's notifier does not want it)."""
+    wanted = (config.notifier or {}).get("events")
+    if wanted is not None and event not in wanted:
+        return ()
+    try:
+        if rt.notifier_for(config) is None:
+            return ()
+    except Exception:  # a misconfigured channel: record it; delivery will record why it fails
+        pass
+    now = rt.stores.clock.now()
+    record = outbox.new_record(
+        new_id("evt_"), turn.turn_id, turn.agent, turn.config_hash, event, payload, now
+    )
+    return (record,)
+
+
+def deliver(rt: Runtime, records: Iterable[OutboxRecord]) -> None:
+    """Try to send each record once; store its new state (delivered, due again, or given up)."""
+    for record in records:
+        now = rt.stores.clock.now()
+        try:
+            config = rt.config_by_hash(record.agent, record.config_hash)
+            notifier = rt.notifier_for(config)
+            faults.point("notify")
+            if notifier is None:
+                where = "nowhere (no notifier configured)"
+            else:
+                where = notifier.send(Notification(record.event, record.payload))
+        except Exception as exc:  # recorded, retried by the sweep with backoff
+            after = outbox.attempt_failed(record, now, f"{type(exc).__name__}: {exc}")
+            _store(rt, after)
+            detail = {"notification": record.event, "eventId": record.event_id, "error": str(exc)}
+            rt.event(record.turn_id, "notification_failed", attempts=after.attempts, **detail)
+            if after.state == "failed":
+                rt.event(record.turn_id, "notification_gave_up", **detail)
+            continue
+        _store(rt, outbox.delivered(record))
+        rt.event(
+            record.turn_id, "notified", notification=record.event, eventId=record.event_id, channel=where
+        )
+
+
+def deliver_due(rt: Runtime, limit: int = 100) -> int:
+    """The sweep's part: send every notification that is due; returns how many were tried."""
+    due = rt.stores.turns.due_outbox(rt.stores.clock.now(), limit)
+    deliver(rt, due)
+    return len(due)
+
+
+def _store(rt: Runtime, record: OutboxRecord) -> None:
+    try:
+        rt.stores.turns.put_outbox(record)
+    except Exception:  # the record stays due: the sweep sends it again (at least once)
+        return

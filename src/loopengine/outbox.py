@@ -1,0 +1,97 @@
+"""Outgoing notifications as durable records: written with the state they announce, sent after.
+
+A pause writes its ``approval`` / ``question`` notifications in the same transaction as the pause
+(a start its ``run_start``, a finish its ``run_finish``). The writer tries to deliver them right
+after the write; whatever is not delivered stays *due* and the sweep retries it with backoff
+until it is delivered or given up (both recorded). Delivery is therefore at least once: every
+payload carries a stable ``eventId`` so a receiver can drop the duplicates.
+
+    pending --send ok--> delivered
+    pending --send failed--> pending (attempts + 1, due later) ... --> failed (gave up)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+FIRST_RETRY_SECONDS = 30.0
+"""The writer tries at once; the sweep leaves a record alone this long (the writer's attempt)."""
+MAX_BACKOFF_SECONDS = 3600.0
+MAX_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class OutboxRecord:
+    """One notification to deliver (``due_at`` None once delivered or given up)."""
+
+    event_id: str
+    turn_id: str
+    agent: str
+    config_hash: str
+    event: str
+    payload: JsonDict
+    created_at: float
+    attempts: int = 0
+    state: str = "pending"
+    due_at: float | None = None
+    last_error: str | None = None
+
+    def to_dict(self) -> JsonDict:
+        """Stored (camelCase) form."""
+        return {
+            "eventId": self.event_id,
+            "turnId": self.turn_id,
+            "agent": self.agent,
+            "configHash": self.config_hash,
+            "event": self.event,
+            "payload": self.payload,
+            "createdAt": self.created_at,
+            "attempts": self.attempts,
+            "state": self.state,
+            "dueAt": self.due_at,
+            "lastError": self.last_error,
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> OutboxRecord:
+        """Parse the stored form."""
+        return OutboxRecord(
+            event_id=d["eventId"],
+            turn_id=d["turnId"],
+            agent=d["agent"],
+            config_hash=d["configHash"],
+            event=d["event"],
+            payload=dict(d["payload"]),
+            created_at=float(d["createdAt"]),
+            attempts=int(d.get("attempts", 0)),
+            state=d.get("state", "pending"),
+            due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
+            last_error=d.get("lastError"),
+        )
+
+
+def new_record(
+    event_id: str, turn_id: str, agent: str, config_hash: str, event: str, payload: JsonDict, now: float
+) -> OutboxRecord:
+    """A pending notification; its payload carries ``eventId``."""
+    body = {"eventId": event_id, **payload}
+    return OutboxRecord(
+        event_id, turn_id, agent, config_hash, event, body, now, due_at=now + FIRST_RETRY_SECONDS
+    )
+
+
+def delivered(record: OutboxRecord) -> OutboxRecord:
+    """The receiver took it."""
+    return replace(record, attempts=record.attempts + 1, state="delivered", due_at=None, last_error=None)
+
+
+def attempt_failed(record: OutboxRecord, now: float, error: str) -> OutboxRecord:
+    """One more failed attempt: due again after an exponential backoff, or given up."""
+    attempts = record.attempts + 1
+    if attempts >= MAX_ATTEMPTS:
+        return replace(record, attempts=attempts, state="failed", due_at=None, last_error=error)
+    delay = min(MAX_BACKOFF_SECONDS, FIRST_RETRY_SECONDS * 2 ** (attempts - 1))
+    return replace(record, attempts=attempts, due_at=now + delay, last_error=error)
