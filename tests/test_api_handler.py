@@ -19,6 +19,14 @@ def engine(install_root: InstallRoot) -> Engine:
     return install_root(lambda _engine: RecordingInvoker())  # the test delivers resume events itself
 
 
+def _deliver(engine: Engine) -> None:
+    """Deliver the queued resume events through the resume handler (Lambda's async invoke)."""
+    invoker = engine.rt.invoker
+    assert isinstance(invoker, RecordingInvoker)
+    while invoker.invoked:
+        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), FakeContext())
+
+
 def _pause() -> tuple[int, dict[str, Any]]:
     return call(api.handler, load_event("post_message"))
 
@@ -151,6 +159,7 @@ def test_invalid_edit_is_400_and_the_item_stays_open(engine: Engine) -> None:
     assert status == 400 and "amount" in body["message"]
     status, body = call(api.handler, load_event("resolve_edit", pendingId=pending))
     assert status == 202 and body["status"] == "resuming"
+    _deliver(engine)
     [refund] = [
         c for c in engine.rt.stores.turns.calls(paused["turnId"]).values() if c.tool == "issue_refund"
     ]

@@ -17,7 +17,7 @@ from loopengine.errors import FatalModelError, RetryableModelError
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.ports import ModelRequest, ModelResponse
 from loopengine.resolution import Decider
-from loopengine.turns import CallRecord, StopReason, TurnRecord, TurnStatus
+from loopengine.turns import CallRecord, StopReason, TurnStatus
 from tests.harness import Calls, agent
 from tests.scenario import assert_protocol, checkpoint, events, history, opened, results, scenario, turn
 
@@ -425,7 +425,11 @@ def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_ret
         h.engine.sweep()
 
         done = turn(h, out.turn_id)
-        assert (done.status, done.stop_reason, done.text) == (TurnStatus.FINISHED, StopReason.END_TURN, "refunded")
+        assert (done.status, done.stop_reason, done.text) == (
+            TurnStatus.FINISHED,
+            StopReason.END_TURN,
+            "refunded",
+        )
         assert done.model_failures == 0
         assert calls.count("refund") == 1  # the approved call ran once, before the model failed
         assert [e["failures"] for e in events(h, out.turn_id, "model_error")] == [1, 2]

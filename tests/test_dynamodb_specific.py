@@ -110,7 +110,8 @@ def test_a_big_checkpoint_survives_replace_and_a_lost_race(dynamo: Dynamo) -> No
     first, second = item(), item()
     cp = checkpoint(first, second, results_so_far=(ToolResultBlock("toolu_big", big_text(MB)),))
     dynamo.stores.checkpoints.create(cp)
-    bigger = transitions.add_result(cp, "none", ToolResultBlock("toolu_more", big_text(MB, 3)))
+    more = ToolResultBlock("toolu_more", big_text(MB, 3))
+    bigger = dataclasses.replace(cp, results_so_far=(*cp.results_so_far, more))
     winner = dynamo.stores.checkpoints.replace(bigger)
     dynamo.requests.clear()
 

@@ -812,8 +812,8 @@ def test_the_audit_trail_of_a_pause_approve_finish(build: Build) -> None:
     assert audit[decided]["at"] == audit[paused_at]["at"] + 60
     assert audit[outcome]["tool"] == "gated" and audit[outcome]["outcome"] == "ok"
     assert audit[finished]["stopReason"] == "end_turn"
-    # the approved call runs at resolve time, before the turn resumes (DESIGN: "approve runs the tool")
-    assert decided < outcome < resumed < finished
+    # the resolve records the decision; the resumed worker runs the approved call
+    assert decided < resumed < outcome < finished
 
 
 # --- 13. versions ------------------------------------------------

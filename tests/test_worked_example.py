@@ -119,7 +119,8 @@ def test_both_approved_in_either_order(h: Harness, calls: Calls, model: Scripted
     assert len(history(h, sid)) == 2
     assert len(model.requests) == 1
     cp = checkpoint(h, turn_id)
-    assert [r.tool_use_id for r in cp.results_so_far] == ["t1", "t2", first]
+    assert [r.tool_use_id for r in cp.results_so_far] == ["t1", "t2"]
+    assert [i.tool_use_id for i in cp.approved.values()] == [first]  # recorded; runs once all are in
     assert [i.tool_use_id for i in cp.outstanding.values()] == [second]
     assert h.engine.outcome(turn_id).pending == [pending[second]]
 
@@ -208,17 +209,19 @@ def test_one_denied_skips_the_untouched_sibling(
     assert len(model.requests) == 1
 
 
-def test_approve_then_deny_keeps_the_real_result(h: Harness, calls: Calls, model: ScriptedModel) -> None:
+def test_approve_then_deny_cancels_the_whole_batch(h: Harness, calls: Calls, model: ScriptedModel) -> None:
+    """Approved calls run only once the whole batch is decided; a denial cancels the batch first."""
     turn_id, sid, pending = start(h)
 
     h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
+    assert calls.count("issue_refund") == 0
     res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
 
     assert res.denied
-    assert calls.count("issue_refund") == 1
+    assert calls.count("issue_refund") == 0
     assert calls.count("cancel_order") == 0
     answered = results(assert_protocol(h, sid)[2])
-    assert answered["t3"] == {"tool": "issue_refund", "args": {"x": 3}}
+    assert answered["t3"]["status"] == "skipped"
     assert answered["t4"]["status"] == "denied"
     assert turn(h, turn_id).stop_reason is StopReason.DENIED
     assert len(model.requests) == 1

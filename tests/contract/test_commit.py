@@ -73,7 +73,9 @@ def test_a_lost_checkpoint_race_carries_the_stored_checkpoint(stores: Stores) ->
     winner = stores.checkpoints.replace(dataclasses.replace(cp, closed=True))
 
     with pytest.raises(VersionConflict) as lost:
-        stores.turns.commit(Change(running.turn_id, turn=running, checkpoint=dataclasses.replace(cp, denied=True)))
+        stores.turns.commit(
+            Change(running.turn_id, turn=running, checkpoint=dataclasses.replace(cp, denied=True))
+        )
 
     assert lost.value.current == winner
     assert stores.turns.get_turn(running.turn_id) == running  # the turn half did not land either

@@ -196,6 +196,8 @@ def test_a_moved_due_time_reorders_and_a_turn_with_nothing_due_drops_out(stores:
     expiring = stores.turns.replace_turn(dataclasses.replace(parked, due_at=T0 + 100))
     assert stores.turns.due_turns(T0 + 901) == [expiring, renewed]
 
-    done = dataclasses.replace(renewed, status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN, due_at=None)
+    done = dataclasses.replace(
+        renewed, status=TurnStatus.FINISHED, stop_reason=StopReason.END_TURN, due_at=None
+    )
     stores.turns.replace_turn(done)
     assert stores.turns.due_turns(T0 + 901) == [expiring]
