@@ -77,7 +77,7 @@ def load(path: Path, text: str | None = None) -> tuple[Any, Lines]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        what = " ".join(p for p in (exc.context, exc.problem) if p) or "not valid YAML"
+        what = ": ".join(p for p in (exc.context, exc.problem) if p) or "not valid YAML"
         raise unavailable([Problem(name, line, f"YAML syntax error: {what}")]) from None
     except yaml.YAMLError as exc:
         raise unavailable([Problem(name, 1, f"YAML syntax error: {exc}")]) from None
