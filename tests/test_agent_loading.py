@@ -282,3 +282,15 @@ def test_a_folder_whose_yaml_does_not_parse_still_answers_to_its_name(tmp_path: 
             match=r"agent.yaml:[23]: YAML syntax error: while parsing a flow node: expected the node content",
         ):
             registry.get(name)
+
+
+def test_docs_explain_every_key_and_op() -> None:
+    from loopengine.agent_schema import AgentFile, NotifierModel
+    from loopengine.rules_schema import IDENTITY_KINDS, RuleModel, RulesFile, WhenModel
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
+    keys = [*AgentFile.model_fields, *NotifierModel.model_fields, *RulesFile.model_fields]
+    keys += [*RuleModel.model_fields, *WhenModel.model_fields, *OPS, *CHANNELS, *EVENTS]
+    missing = [k for k in keys if f"`{k}`" not in docs]
+    missing += [k for k in IDENTITY_KINDS if f"`{k}:" not in docs]
+    assert missing == []
