@@ -187,7 +187,7 @@ def test_the_customer_service_rules_shape() -> None:
                     {"tool": "t", "when": {"field": "a", "op": "regex", "value": "x"}, "decision": "allow"}
                 ]
             },
-            "'regex' is not one of",
+            "rules[0].when.op: must be 'eq', 'ne', 'gt', 'gte', 'lt', 'lte', 'in' or 'contains', not 'regex'",
         ),
         (
             {
@@ -197,12 +197,15 @@ def test_the_customer_service_rules_shape() -> None:
             },
             "rules[0].when.op",
         ),
-        ({"rules": [{"tool": "t", "decision": "maybe"}]}, "rules[0]: decision must be allow, deny or ask"),
-        ({"rules": [{"tool": "t"}]}, "rules[0]: decision must be"),
-        ({"rules": [{"decision": "allow"}]}, "rules[0]: each rule needs a 'tool'"),
+        (
+            {"rules": [{"tool": "t", "decision": "maybe"}]},
+            "rules[0].decision: must be 'allow', 'deny' or 'ask', not 'maybe'",
+        ),
+        ({"rules": [{"tool": "t"}]}, "rules[0].decision: required key is missing"),
+        ({"rules": [{"decision": "allow"}]}, "rules[0].tool: required key is missing"),
         ({"rules": [{"tool": "a", "decision": "ask"}, {"tool": 5, "decision": "allow"}]}, "rules[1]"),
-        ({"rules": ["allow everything"]}, "rules[0]: each rule needs a 'tool'"),
-        ({"rules": [], "default_decision": "yes"}, "default_decision: decision must be"),
+        ({"rules": ["allow everything"]}, "rules[0]: must be a mapping of keys"),
+        ({"rules": [], "default_decision": "yes"}, "default_decision: must be 'allow', 'deny' or 'ask'"),
         ({"rules": [{"tool": "t", "when": "amount > 5", "decision": "allow"}]}, "rules[0].when"),
         ({"rules": [{"tool": "t", "when": {"op": "eq", "value": 1}, "decision": "allow"}]}, "rules[0].when"),
         ({"rules": [{"tool": "t", "when": {"field": "a", "op": "eq"}, "decision": "allow"}]}, "value"),

@@ -19,6 +19,7 @@ MAX_BODY_BYTES = 256 * 1024
 
 STATUS: list[tuple[type[errors.LoopengineError], int]] = [
     (errors.InvalidInput, 400),
+    (errors.AgentUnavailable, 503),
     (errors.ConfigError, 500),
     (errors.NotFound, 404),
     (errors.Forbidden, 403),

@@ -1,9 +1,9 @@
 """Agent configuration: what a turn runs under, its snapshot and hash, and loading from a folder.
 
-An agent lives in one folder (``src/agents/<python_name>/``): ``agent.yaml`` (name, model, system
-prompt, max tokens, tools, optional notifier), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``,
-a list of :class:`~loopengine.tools.Tool`). ``script.py`` may add ``respond`` for the offline
-scripted model.
+An agent lives in one folder (see docs/agents.md): ``agent.yaml`` (name, model, system prompt,
+tools, policies, optional notifier), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``, a list
+of :class:`~loopengine.tools.Tool`). ``script.py`` may add ``respond`` for the offline scripted
+model. :mod:`loopengine.agent_loader` reads a folder; :mod:`loopengine.registry` finds them.
 
 A turn stores :meth:`AgentConfig.snapshot` under its hash when it starts and resumes under that
 snapshot: the prompt, model, tool schemas and rules a human approved against are the ones that
@@ -17,9 +17,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopengine.agent_schema import AgentFile
 from loopengine.errors import ConfigError
 from loopengine.gate import RuleSet
-from loopengine.policy import Expiry, on_new_message
+from loopengine.policy import Expiry
+from loopengine.rules_schema import RulesFile
 from loopengine.tools import ASK_USER_SPEC, Tool, ToolFn
 
 JsonDict = dict[str, Any]
@@ -40,6 +42,7 @@ class AgentConfig:
     on_new_message: str = "supersede"
     expiry: Expiry | None = None
     extra: JsonDict = field(default_factory=dict)
+    live_wait: float | None = None
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it."""
@@ -67,6 +70,7 @@ class AgentConfig:
                 else {}
             ),
             "extra": self.extra,
+            **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
         }
 
     def config_hash(self) -> str:
@@ -102,6 +106,7 @@ def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
         on_new_message=snapshot.get("on_new_message", "supersede"),
         expiry=Expiry.parse(snapshot, "snapshot"),
         extra=dict(snapshot.get("extra") or {}),
+        live_wait=snapshot.get("live_wait"),
     )
 
 
@@ -112,32 +117,26 @@ def _missing(name: str) -> ToolFn:
     return run
 
 
-def parse_agent(raw: Any, rules: Any, tools: list[Tool], where: str) -> AgentConfig:
-    """Validate ``agent.yaml`` content (already parsed) against the tools it names."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: agent.yaml must be a mapping")
-    for key in ("name", "model", "system"):
-        if not isinstance(raw.get(key), str) or not raw[key]:
-            raise ConfigError(f"{where}: agent.yaml needs a non-empty '{key}'")
-    by_name = {t.name: t for t in tools}
-    wanted = raw.get("tools", list(by_name))
-    if not isinstance(wanted, list):
-        raise ConfigError(f"{where}: 'tools' must be a list of tool names")
-    unknown = [n for n in wanted if n not in by_name]
-    if unknown:
-        raise ConfigError(f"{where}: tools {unknown} are not defined in tools.py")
-    known = {"name", "model", "system", "tools", "max_tokens", "max_iterations", "notifier"}
-    known |= {"on_new_message", "pending_ttl", "on_expiry"}
+def build_config(
+    agent: AgentFile, raw_agent: JsonDict, rules: RulesFile, raw_rules: JsonDict, tools: list[Tool]
+) -> AgentConfig:
+    """The config of validated agent.yaml / rules.yaml content (``raw_*`` as written) and its tools.
+
+    The raw rules and notifier blocks are what the snapshot keeps, so the config hash of a folder
+    does not depend on how this version of the code models them.
+    """
     return AgentConfig(
-        name=raw["name"],
-        model=raw["model"],
-        system=raw["system"],
-        tools=tuple(by_name[n] for n in wanted),
-        rules=RuleSet.from_dict(rules),
-        max_tokens=int(raw.get("max_tokens", 1024)),
-        max_iterations=int(raw.get("max_iterations", 10)),
-        notifier=raw.get("notifier"),
-        on_new_message=on_new_message(raw, where),
-        expiry=Expiry.parse(raw, where),
-        extra={k: v for k, v in raw.items() if k not in known},
+        name=agent.name,
+        model=agent.model,
+        system=agent.system,
+        tools=tuple(tools),
+        rules=RuleSet.from_model(rules, raw_rules),
+        max_tokens=agent.max_tokens,
+        max_iterations=agent.max_iterations,
+        notifier=raw_agent.get("notifier"),
+        on_new_message=agent.on_new_message,
+        expiry=Expiry(agent.pending_ttl, agent.on_expiry or "unknown")
+        if agent.pending_ttl is not None
+        else None,
+        live_wait=agent.live_wait,
     )

@@ -95,7 +95,7 @@ def build_runtime(
 ) -> Runtime:
     """Assemble the runtime for this process from ``env``."""
     clock = clock or SystemClock()
-    registry = registry or AgentRegistry()
+    registry = registry or AgentRegistry.from_env(env)
     return Runtime(
         stores=stores or open_stores(env, clock),
         agents=registry,

@@ -24,7 +24,17 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
     )
-    sub.add_parser("agents", help="list the agents this checkout ships")
+    agents = sub.add_parser("agents", help="list the agents (the agents package and LOOPENGINE_AGENTS_PATH)")
+    agents.add_argument(
+        "--check", action="store_true", help="validate every agent; print file:line errors; exit 1 on any"
+    )
+    new = sub.add_parser("new-agent", help="scaffold a working agent folder (runs offline)")
+    new.add_argument("name", help="the agent's route name, e.g. returns-desk")
+    new.add_argument(
+        "--dir",
+        default=None,
+        help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
+    )
     return parser
 
 
@@ -45,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             return serve(args.port, args.workers)
         if args.command == "agents":
-            from loopengine.registry import AgentRegistry
+            from loopengine.agents_cli import list_agents
 
-            for name in AgentRegistry().names():
-                print(name)
-            return 0
+            return list_agents(os.environ, check=args.check)
+        if args.command == "new-agent":
+            from loopengine.agents_cli import scaffold
+
+            return scaffold(os.environ, args.name, args.dir)
     except LoopengineError as exc:
         print(f"loopengine: {exc}", file=sys.stderr)
         return 2

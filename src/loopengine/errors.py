@@ -14,12 +14,14 @@
     ├── StoreError            the storage backend failed (after its own bounded retries)
     ├── DeliveryError         a notification could not be delivered (recorded, never fatal)
     └── ConfigError           an agent folder or rules file is malformed
+        └── AgentUnavailable  one agent's folder is broken; requests to that agent answer 503
 
 Adapters raise these ``from`` the SDK's exception; handlers map them to HTTP status in one table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -112,3 +114,16 @@ class ConfigError(LoopengineError):
     """An agent folder, rules file or environment setting is malformed."""
 
     code = "config_error"
+
+
+class AgentUnavailable(ConfigError):
+    """One agent's folder is broken (YAML, rules, tools.py); ``problems`` say where, file:line each.
+
+    Only requests to that agent fail (503); every other agent keeps working.
+    """
+
+    code = "agent_unavailable"
+
+    def __init__(self, message: str, problems: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)

@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pydantic import ValidationError
+
 from loopengine.errors import ConfigError
 from loopengine.policy import Expiry
+from loopengine.rules_schema import RuleModel, RulesFile, summary
 
 JsonDict = dict[str, Any]
 
@@ -191,53 +194,29 @@ class RuleSet:
 
     @staticmethod
     def from_dict(data: Any) -> RuleSet:
-        """Parse and validate the rules-file shape; ``ConfigError`` names what is wrong."""
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError("rules file must be a mapping with 'rules' and 'default_decision'")
-        rules = []
-        for i, raw in enumerate(data.get("rules") or []):
-            rules.append(_parse_rule(i, raw))
-        default = _parse_decision(data.get("default_decision", "ask"), "default_decision")
-        return RuleSet(rules=tuple(rules), default_decision=default, source=data)
+        """Parse and validate the rules-file shape; ``ConfigError`` names every problem."""
+        try:
+            model = RulesFile.model_validate({} if data is None else data)
+        except ValidationError as exc:
+            raise ConfigError(f"rules file: {summary(exc, RulesFile)}") from None
+        return RuleSet.from_model(model, data if isinstance(data, dict) else {})
+
+    @staticmethod
+    def from_model(model: RulesFile, source: JsonDict) -> RuleSet:
+        """The rule set of a validated rules file; ``source`` is the file as written (snapshotted)."""
+        rules = tuple(_rule(r) for r in model.rules or ())
+        return RuleSet(rules=rules, default_decision=Decision(model.default_decision), source=source)
 
 
-def _parse_decision(value: Any, where: str) -> Decision:
-    try:
-        return Decision(value)
-    except ValueError:
-        raise ConfigError(f"{where}: decision must be allow, deny or ask, not {value!r}") from None
-
-
-def _parse_rule(i: int, raw: Any) -> Rule:
-    where = f"rules[{i}]"
-    if not isinstance(raw, dict) or not isinstance(raw.get("tool"), str):
-        raise ConfigError(f"{where}: each rule needs a 'tool' name")
-    cond = None
-    if raw.get("when") is not None:
-        when = raw["when"]
-        if not isinstance(when, dict) or not isinstance(when.get("field"), str):
-            raise ConfigError(f"{where}.when: needs 'field', 'op' and 'value'")
-        if when.get("op") not in OPS:
-            raise ConfigError(f"{where}.when.op: {when.get('op')!r} is not one of {sorted(OPS)}")
-        if "value" not in when:
-            raise ConfigError(f"{where}.when: '{when['op']}' needs a value")
-        if when["op"] == "in" and not isinstance(when["value"], list):
-            raise ConfigError(f"{where}.when.value: 'in' needs a list of values")
-        if when["op"] in ("gt", "gte", "lt", "lte") and not _is_number(when["value"]):
-            raise ConfigError(f"{where}.when.value: '{when['op']}' compares numbers; give a number")
-        cond = Condition(field=when["field"], op=when["op"], value=when["value"])
-    approvers = raw.get("approvers") or []
-    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
-        raise ConfigError(f"{where}.approvers: must be a list of identities")
+def _rule(raw: RuleModel) -> Rule:
+    when = raw.when
     return Rule(
-        tool=raw["tool"],
-        decision=_parse_decision(raw.get("decision"), where),
-        when=cond,
-        reason=raw.get("reason"),
-        approvers=tuple(approvers),
-        expiry=Expiry.parse(raw, where),
+        tool=raw.tool,
+        decision=Decision(raw.decision),
+        when=Condition(when.field, when.op, when.value) if when is not None else None,
+        reason=raw.reason,
+        approvers=tuple(raw.approvers or ()),
+        expiry=Expiry(raw.pending_ttl, raw.on_expiry or "unknown") if raw.pending_ttl is not None else None,
     )
 
 

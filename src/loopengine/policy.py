@@ -3,10 +3,13 @@
 ``pending_ttl`` ("90s", "30m", "72h", "7d") and ``on_expiry`` (``unknown``, the default, or
 ``deny``) can be set per agent (agent.yaml) and per rule (rules.yaml, which wins).
 ``on_new_message`` (agent.yaml): ``supersede`` (default), ``reject`` or ``queue``.
+``live_wait`` (agent.yaml, a duration): how long a message sent on the live channel waits for an
+inline decision before the other channels are notified.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +24,7 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def parse_duration(value: Any, where: str) -> float:
     """Seconds in ``"72h"``-style text (or a plain number of seconds)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf:
         return float(value)
     match = _DURATION.match(value) if isinstance(value, str) else None
     if match is None or float(match.group(1)) <= 0:
