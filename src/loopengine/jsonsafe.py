@@ -1,9 +1,9 @@
-"""Request data as the product accepts it: UTF-8 text without lone surrogates, and strict JSON.
+r"""Request data as the product accepts it: UTF-8 text without lone surrogates, and strict JSON.
 
 Every route reads request data through these functions, so bad input is refused (``InvalidInput``,
 a 400) before anything changes state:
 
-* text must be valid UTF-8; a ``str`` must hold no lone surrogate (``"\\ud800"`` escapes in JSON,
+* text must be valid UTF-8; a ``str`` must hold no lone surrogate (``"\ud800"`` escapes in JSON,
   or bytes that a lenient decoder smuggled in) — stores and SDKs cannot encode them;
 * JSON may nest at most :data:`MAX_DEPTH` arrays/objects, checked by a linear scan *before* the
   parser recurses, so a 100 000-deep ``[[[[`` is a clean refusal, never a ``RecursionError``;
@@ -83,44 +83,55 @@ def nesting_depth(text: str, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-class _NotFinite(ValueError):
-    """A number literal the parser met that is not finite (raised through ``json.loads``)."""
+class _NotFinite:
+    """What the parser makes of ``NaN`` / ``Infinity`` / ``-Infinity``, so the walk can say where."""
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
 
 
-def _refuse_constant(name: str) -> Any:
-    raise _NotFinite(f"{name} is not accepted")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 
 
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NotFinite(f"{text[:40]} overflows")
-    return value
+def _step(path: str, key: object) -> str:
+    """``path`` extended by an object key or a list index (``editedArgs.amount``, ``items[3]``)."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if isinstance(key, str) and _IDENTIFIER.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    shown = json.dumps(key)[:40]  # ASCII-escaped, so a lone surrogate shows as \udXXX
+    return f"{path}[{shown}]"
+
+
+def _where(what: str, path: str) -> str:
+    return f"{what} at {path[:120]}" if path else what
 
 
 def check_value(value: Any, what: str = "request data") -> Any:
-    """``value`` unchanged when every string (keys too) is surrogate-free and every float finite.
+    """``value`` unchanged when it holds nothing the edge refuses; InvalidInput naming the place otherwise.
 
-    Iterative (an explicit stack), so any depth is safe; also refuses nesting past MAX_DEPTH.
+    Every string (keys too) must be free of lone surrogates, every number finite, nesting at most
+    MAX_DEPTH. Iterative (an explicit stack), so any depth is safe.
     """
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
         if isinstance(item, str):
-            check_text(item, what)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise InvalidInput(f"{what}: numbers must be finite")
+            check_text(item, _where(what, path))
+        elif isinstance(item, _NotFinite):
+            raise InvalidInput(
+                f"{_where(what, path)}: numbers must be finite ({item.literal} is not accepted)"
+            )
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"{_where(what, path)}: numbers must be finite")
         elif isinstance(item, dict | list | tuple):
             if depth >= MAX_DEPTH:
-                raise InvalidInput(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    if isinstance(key, str):
-                        check_text(key, what)
-                    stack.append((child, depth + 1))
-            else:
-                stack.extend((child, depth + 1) for child in item)
+                raise InvalidInput(f"{_where(what, path)}: JSON nested deeper than {MAX_DEPTH} levels")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                    raise InvalidInput(f"{_where(what, path)}: a key contains a lone surrogate")
+                stack.append((child, depth + 1, _step(path, key)))
     return value
 
 
@@ -130,9 +141,7 @@ def parse_json(raw: bytes | str, what: str = "request body") -> Any:
     if nesting_depth(text) > MAX_DEPTH:
         raise InvalidInput(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except _NotFinite as exc:
-        raise InvalidInput(f"{what}: numbers must be finite ({exc})") from None
+        value = json.loads(text, parse_constant=_NotFinite)  # 1e999 parses to inf: the walk refuses it
     except (ValueError, RecursionError):
         raise BadJson(f"{what} is not valid JSON") from None
     return check_value(value, what)
