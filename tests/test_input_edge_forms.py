@@ -210,9 +210,15 @@ def _nest(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 JSON_VALUES = st.recursive(SCALARS, _nest, max_leaves=20)
-DEEP = st.integers(min_value=60, max_value=70).flatmap(
-    lambda n: JSON_VALUES.map(lambda v: json.loads("[" * n + "0" + "]" * n) if v is None else [v] * 1)
-)
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+DEEP = st.builds(_nested, st.integers(min_value=60, max_value=70), SCALARS)  # around the limit
 
 
 @given(value=JSON_VALUES | DEEP, ascii_only=st.booleans())
