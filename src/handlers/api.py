@@ -6,6 +6,7 @@ Thin by design: parse, call the engine, reply. Errors map to status codes in ``w
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -15,10 +16,11 @@ from handlers import root, web
 from handlers.magic import router as magic_router
 from handlers.observability import flush, logger, tracer
 from handlers.slack import router as slack_router
-from loopengine import views
+from loopengine import ids, views
 from loopengine.errors import LoopengineError
 
 app = APIGatewayHttpResolver()
+app.use([web.edge])  # surrogates in the path or query string: 400 before any route runs
 app.include_router(magic_router)
 app.include_router(slack_router)
 API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s; LOOPENGINE_API_BUDGET_SECONDS lowers it
@@ -34,9 +36,8 @@ def health() -> Response[str]:
 def post_message(agent: str) -> Response[str]:
     sender = web.decider(app.current_event)
     body = web.json_body(app.current_event)
-    for key in ("sessionId", "tenant"):
-        if body.get(key) is not None and not isinstance(body[key], str):
-            raise web.HttpError(400, "invalid_input", f"{key} must be a string")
+    _client_id(body, "sessionId", ids.is_session_id)
+    _client_id(body, "tenant", ids.is_tenant)
     out = root.engine().send_message(
         agent,
         body.get("message"),
@@ -53,6 +54,7 @@ def post_message(agent: str) -> Response[str]:
 @app.post("/pending-approvals/<pending_id>/resolve")
 def resolve(pending_id: str) -> Response[str]:
     who = web.decider(app.current_event)
+    web.path_id(pending_id, ids.is_pending_id, "pending item")
     body = web.json_body(app.current_event)
     wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
     logger.set_correlation_id(pending_id)
@@ -71,6 +73,7 @@ def resolve(pending_id: str) -> Response[str]:
 @app.post("/pending-questions/<pending_id>/answer")
 def answer(pending_id: str) -> Response[str]:
     who = web.decider(app.current_event)
+    web.path_id(pending_id, ids.is_pending_id, "pending item")
     body = web.json_body(app.current_event)
     wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
     logger.set_correlation_id(pending_id)
@@ -88,6 +91,7 @@ def list_pending() -> Response[str]:
 @app.get("/turns/<turn_id>")
 def get_turn(turn_id: str) -> Response[str]:
     web.decider(app.current_event)
+    web.path_id(turn_id, ids.is_turn_id, "turn")
     engine = root.engine()
     return web.reply(
         200, views.turn_view(engine.turn(turn_id), engine.outcome(turn_id), engine.audit(turn_id))
@@ -97,6 +101,7 @@ def get_turn(turn_id: str) -> Response[str]:
 @app.post("/turns/<turn_id>/cancel")
 def cancel_turn(turn_id: str) -> Response[str]:
     who = web.decider(app.current_event)
+    web.path_id(turn_id, ids.is_turn_id, "turn")
     logger.set_correlation_id(turn_id)
     return web.reply(*views.cancelled(root.engine().cancel(turn_id, who)))
 
@@ -104,6 +109,7 @@ def cancel_turn(turn_id: str) -> Response[str]:
 @app.get("/sessions/<session_id>")
 def get_session(session_id: str) -> Response[str]:
     web.decider(app.current_event)
+    web.path_id(session_id, ids.is_session_id, "session")
     return web.reply(200, views.session_view(session_id, root.engine().history(session_id)))
 
 
@@ -132,6 +138,22 @@ def _resolution(res: Any, wait: float | None) -> Response[str]:
 def _remaining() -> float | None:
     remaining = getattr(app.lambda_context, "get_remaining_time_in_millis", None)
     return remaining() / 1000 if remaining is not None else None
+
+
+def _client_id(body: dict[str, Any], key: str, valid: Callable[[object], bool]) -> None:
+    """400 naming ``key`` when the client's own id is present but not of the accepted form."""
+    value = body.get(key)
+    if value is None or value == "":
+        return
+    if not isinstance(value, str):
+        raise web.HttpError(400, "invalid_input", f"{key} must be a string")
+    if not valid(value):
+        raise web.HttpError(
+            400,
+            "invalid_input",
+            f"{key} must be 1-{ids.MAX_CLIENT_ID_CHARS} characters: a letter or digit, then letters, "
+            "digits or _ . : @ -",
+        )
 
 
 def _budget() -> float:

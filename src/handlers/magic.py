@@ -17,7 +17,6 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -178,16 +177,12 @@ def _show(token: str) -> Response[str]:
 
 
 def _form(event: Any) -> dict[str, str]:
-    raw = event.body or ""
-    size = len(raw) * 3 // 4 if event.is_base64_encoded else len(raw.encode())
-    if size > web.MAX_BODY_BYTES:
-        raise _Stop(_message(413, pages.too_large(web.MAX_BODY_BYTES)))
     try:
-        decoded = event.decoded_body or ""
-        parsed = parse_qs(decoded, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
-    except ValueError:
+        return web.form_body(event, MAX_FORM_FIELDS)
+    except web.HttpError:  # the only one form_body raises is 413
+        raise _Stop(_message(413, pages.too_large(web.MAX_BODY_BYTES))) from None
+    except errors.InvalidInput:  # not UTF-8, lone surrogates, too many fields
         raise _Stop(_message(400, pages.BAD_FORM)) from None
-    return {key: values[0] for key, values in parsed.items()}
 
 
 def _decide(token: str) -> Response[str]:

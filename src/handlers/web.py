@@ -1,4 +1,11 @@
-"""HTTP plumbing for the api handler: auth, JSON bodies, and the one error-to-status table."""
+"""HTTP plumbing for the api handler: auth, request data at the edge, and the one error-to-status table.
+
+Request data enters only through :func:`raw_body`, :func:`json_body`, :func:`form_body`,
+:func:`path_id`, :func:`query_float` and the :func:`edge` middleware (query strings and paths), so
+DESIGN.md's input hygiene holds on every route: invalid UTF-8, lone surrogates, JSON nested deeper
+than 64 levels and non-finite numbers are 400 ``invalid_input`` before anything changes
+(:mod:`loopengine.jsonsafe`); an id not in the product's format is 404 ``not_found``.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,15 @@ import binascii
 import hmac
 import json
 import os
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine import errors
+from loopengine import errors, jsonsafe
 from loopengine.resolution import Decider
 
 MAX_BODY_BYTES = 256 * 1024
@@ -55,21 +65,73 @@ def error_reply(exc: Exception) -> Response[str]:
     return reply(500, {"error": "internal", "message": "internal error; see the logs"})
 
 
-def json_body(event: APIGatewayProxyEventV2) -> dict[str, Any]:
-    """The request body as a JSON object: 413 when too large, 400 when not a JSON object."""
+def raw_body(event: APIGatewayProxyEventV2) -> bytes:
+    """The request body's bytes (base64-decoded when API Gateway encoded it).
+
+    413 when over :data:`MAX_BODY_BYTES`; InvalidInput when the base64 is broken or a text body
+    holds lone surrogates (it cannot be the UTF-8 a client sent).
+    """
     raw = event.body or ""
-    size = len(raw) * 3 // 4 if event.is_base64_encoded else len(raw.encode())
+    if not isinstance(raw, str):
+        raise errors.InvalidInput("request body must be text")
+    size = len(raw) * 3 // 4 if event.is_base64_encoded else len(raw)
     if size > MAX_BODY_BYTES:
         raise HttpError(413, "too_large", f"request body is over {MAX_BODY_BYTES} bytes")
+    try:
+        data = base64.b64decode(raw, validate=True) if event.is_base64_encoded else raw.encode("utf-8")
+    except (binascii.Error, ValueError):  # broken base64, or lone surrogates in the text
+        raise errors.InvalidInput("request body could not be decoded (base64 or Unicode)") from None
+    if len(data) > MAX_BODY_BYTES:
+        raise HttpError(413, "too_large", f"request body is over {MAX_BODY_BYTES} bytes")
+    return data
+
+
+def json_body(event: APIGatewayProxyEventV2) -> dict[str, Any]:
+    """The request body as a JSON object: 413 when too large, 400 when not strict JSON or no object."""
+    raw = raw_body(event)
     if not raw:
         return {}
-    try:
-        data = json.loads(event.decoded_body or "")
-    except (ValueError, UnicodeDecodeError):
-        raise HttpError(400, "bad_json", "request body is not valid JSON") from None
+    data = jsonsafe.parse_json(raw)  # BadJson (400 bad_json) or InvalidInput (400 invalid_input)
     if not isinstance(data, dict):
         raise HttpError(400, "bad_json", "request body must be a JSON object")
     return data
+
+
+def form_body(event: APIGatewayProxyEventV2, max_fields: int) -> dict[str, str]:
+    """A urlencoded form body, first value per field; InvalidInput when not strict UTF-8 form data."""
+    text = jsonsafe.decode_utf8(raw_body(event))
+    try:
+        parsed = parse_qs(text, keep_blank_values=True, max_num_fields=max_fields, errors="strict")
+    except ValueError:  # too many fields, or a %-escape that is not UTF-8
+        raise errors.InvalidInput("request body is not a valid UTF-8 form") from None
+    return {key: values[0] for key, values in parsed.items()}
+
+
+def path_id(value: str, valid: Callable[[object], bool], what: str) -> str:
+    """``value`` when ``valid`` accepts it; 404 ``not_found`` otherwise (a typo is not a request)."""
+    if not valid(value):
+        raise HttpError(404, "not_found", f"no {what} {value[:80]!r}")
+    return value
+
+
+def check_request(event: APIGatewayProxyEventV2) -> None:
+    """Refuse lone surrogates in the path and the query string (400 ``invalid_input``)."""
+    try:
+        jsonsafe.check_text(event.raw_path or "", "the request path")
+        for key, value in (event.query_string_parameters or {}).items():
+            jsonsafe.check_text(key, "a query parameter")
+            jsonsafe.check_text(value, f"query parameter {key}")
+        for value in (event.path_parameters or {}).values():
+            jsonsafe.check_text(value, "the request path")
+    except errors.InvalidInput as exc:
+        raise HttpError(400, "invalid_input", str(exc)) from None
+
+
+def edge(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[str]:
+    """Global middleware: :func:`check_request` before any route runs."""
+    check_request(app.current_event)
+    response: Response[str] = next_middleware(app)
+    return response
 
 
 def decider(event: APIGatewayProxyEventV2, channel: str = "api") -> Decider:

@@ -24,6 +24,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
+LISTEN_BACKLOG = 1024
+"""Pending connections the kernel queues for accept() (socketserver's default of 5 reset bursts)."""
 
 
 @dataclass
@@ -48,12 +50,17 @@ class LocalContext:
 def to_event(
     method: str, target: str, headers: dict[str, str], body: bytes, source_ip: str
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API v2 event for one request."""
+    """An API Gateway HTTP API v2 event for one request.
+
+    Nothing is silently repaired: a text body that is not valid UTF-8 travels base64-encoded (as
+    API Gateway sends binary), and a query string's invalid UTF-8 arrives as lone surrogates, so
+    the handler sees the bad input and refuses it.
+    """
     parts = urlsplit(target)
     lowered = {k.lower(): v for k, v in headers.items()}
     ctype = lowered.get("content-type", "application/json")
-    is_text = not body or any(ctype.startswith(t) for t in TEXT_TYPES)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    is_text = not body or (any(ctype.startswith(t) for t in TEXT_TYPES) and _is_utf8(body))
+    query = dict(parse_qsl(parts.query, keep_blank_values=True, errors="surrogateescape"))
     now = time.time()  # noqa: TID251 - the event's timestamp, like API Gateway stamps it
     return {
         "version": "2.0",
@@ -79,9 +86,21 @@ def to_event(
             "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
             "timeEpoch": int(now * 1000),
         },
-        "body": (body.decode("utf-8", "replace") if is_text else base64.b64encode(body).decode()) or None,
+        "body": (body.decode("utf-8") if is_text else base64.b64encode(body).decode()) or None,
         "isBase64Encoded": not is_text,
     }
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
 
 
 def make_server(
@@ -120,7 +139,7 @@ def make_server(
             if not quiet:
                 sys.stderr.write(f"  {self.command} {self.path} -> {args[1] if len(args) > 1 else ''}\n")
 
-    return ThreadingHTTPServer((host, port), Forward)
+    return _Server((host, port), Forward)
 
 
 def _ignore_interrupts() -> None:

@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 from loopengine import errors
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.jsonsafe import BadJson, parse_json
 from loopengine.tools import Tool
 from loopengine.turns import StopReason, TurnRecord
 
@@ -204,8 +205,8 @@ def _coerce(field: Field, text: str, current: Any) -> Any:
                 return option
         raise errors.InvalidInput(f"{field.name}: choose one of the listed values")
     try:
-        return json.loads(text)
-    except ValueError:
+        return parse_json(text, field.name)  # finite numbers, sane nesting, no lone surrogates
+    except BadJson:
         raise errors.InvalidInput(f"{field.name}: not valid JSON") from None
 
 

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from loopengine.errors import InvalidInput
+from loopengine.jsonsafe import BadJson, parse_json
 from loopengine.notify.signing import RejectReason, WebhookVerificationError
 
 JsonDict = dict[str, Any]
@@ -176,15 +177,15 @@ def parse_interaction(body: bytes) -> SlackAction:
     except UnicodeDecodeError:
         raise InvalidInput("the Slack request body is not UTF-8") from None
     try:
-        fields = parse_qs(text, keep_blank_values=True, max_num_fields=_MAX_FIELDS)
+        fields = parse_qs(text, keep_blank_values=True, max_num_fields=_MAX_FIELDS, errors="strict")
     except ValueError:
         raise InvalidInput("the Slack request body is not a form") from None
     raw = fields.get("payload")
     if raw is None or len(raw) != 1:
         raise InvalidInput("the Slack request needs exactly one 'payload' form field")
     try:
-        payload = json.loads(raw[0])
-    except (ValueError, RecursionError):
+        payload = parse_json(raw[0], "the Slack 'payload' field")
+    except BadJson:
         raise InvalidInput("the Slack 'payload' field is not valid JSON") from None
     if not isinstance(payload, dict):
         raise InvalidInput("the Slack 'payload' must be a JSON object")
