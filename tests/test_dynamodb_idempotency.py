@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +27,6 @@ from unittest import mock
 
 import botocore.endpoint
 import pytest
-from botocore.exceptions import ReadTimeoutError
 
 from loopengine.clock import FakeClock
 from loopengine.engine import Engine
@@ -41,50 +38,13 @@ from loopengine.runtime import Runtime
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
 from tests.contract.conftest import moto_dynamodb
+from tests.dynamodb_faults import ResponseLost
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
 
 TABLE = "loopengine-idempotency"
-WRITES = frozenset({"PutItem", "TransactWriteItems", "BatchWriteItem", "UpdateItem", "DeleteItem"})
 WHO = Decider("ops@example.com")
 RULES = {"rules": [{"tool": "lookup", "decision": "allow"}], "default_decision": "ask"}
 SCRIPT = [call(use("lookup", {"x": 1}, id="l1")), call(use("refund", {"x": 2}, id="r1")), say("Refunded.")]
-
-
-class ResponseLost:
-    """Writes whose response is lost after DynamoDB (moto) applied them; botocore re-sends them.
-
-    Write requests are numbered by their first send since :meth:`arm` (re-sends carry
-    ``amz-sdk-request: attempt=2..``). ``index`` faults that one; ``rate`` faults a random share.
-    """
-
-    def __init__(self, client: Any, seed: int = 7) -> None:
-        self._lock = threading.Lock()
-        self._random = random.Random(seed)
-        self.index: int | None = None
-        self.rate = 0.0
-        self.sent: list[str] = []
-        self.fired: list[str] = []
-        client.meta.events.register_last("before-send", self._after_moto)
-
-    def arm(self, index: int | None = None, rate: float = 0.0) -> None:
-        """Start numbering writes from 0; fault write ``index`` and/or a ``rate`` share of them."""
-        with self._lock:
-            self.index, self.rate, self.sent, self.fired = index, rate, [], []
-
-    def _after_moto(self, request: Any, event_name: str, **_: Any) -> None:
-        operation = event_name.rsplit(".", 1)[-1]
-        if operation not in WRITES or not request.headers.get("amz-sdk-request", b"").startswith(
-            b"attempt=1;"
-        ):
-            return
-        with self._lock:
-            number = len(self.sent)
-            self.sent.append(operation)
-            fire = number == self.index or (self.rate > 0 and self._random.random() < self.rate)
-            if fire:
-                self.fired.append(operation)
-        if fire:
-            raise ReadTimeoutError(endpoint_url=request.url, error="injected: applied, response lost")
 
 
 @dataclass
