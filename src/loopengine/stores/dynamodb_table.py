@@ -9,6 +9,12 @@ read); a transaction cancelled by a failed condition becomes :class:`Transaction
 per-action reasons. A transaction that lost to another transaction is retried a bounded number of
 times; everything else is :class:`~loopengine.errors.StoreError` raised ``from`` botocore's
 exception, after botocore's own bounded ``standard``-mode retries (throttling, 5xx, timeouts).
+
+Idempotency: each ``put`` and each ``transact`` is one logical write with one token
+(:mod:`~loopengine.stores.dynamodb_tokens`): stamped on every item it writes and sent as the
+transaction's ``ClientRequestToken``, the same on every retry of that write (botocore's and ours).
+A condition that fails on an item carrying our own token is our earlier send that landed while its
+response was lost: the write succeeded, and no caller ever sees it as a conflict.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from loopengine.errors import StoreError
 from loopengine.stores.dynamodb_codec import Item, inline, key, manifest, n, reassemble, s
+from loopengine.stores.dynamodb_tokens import carries, new_token, stamp, stamp_action
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -101,6 +108,8 @@ class _Transient(Exception):
 
 
 _TRANSIENT_REASONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+_IN_PROGRESS = "TransactionInProgressException"
+"""Our own transaction (same ClientRequestToken) is still being applied: ask again, same token."""
 
 
 @contextmanager
@@ -114,6 +123,8 @@ def _errors(operation: str) -> Iterator[None]:
         if code == "ConditionalCheckFailedException":
             old: Item | None = cast("Item | None", exc.response.get("Item"))
             raise ConditionFailed(old) from exc
+        if code == _IN_PROGRESS:
+            raise _Transient(operation) from exc
         if code == "TransactionCanceledException":
             reasons = [dict(r) for r in exc.response.get("CancellationReasons") or []]
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
@@ -214,12 +225,24 @@ class DynamoTable:
         return item
 
     def put(self, item: Item, condition: Condition | None = None) -> None:
-        """Write one item, under ``condition`` if given (ConditionFailed carries the stored item)."""
+        """Write one item, under ``condition`` if given (ConditionFailed carries the stored item).
+
+        The item carries a fresh write token: a condition failing on our own landed write (botocore
+        re-sent it) is a success, not a ConditionFailed.
+        """
+        token = new_token()
         params = condition.params() if condition else {}
-        with _errors("PutItem"):
-            self.client.put_item(
-                TableName=self.name, Item=item, ReturnValuesOnConditionCheckFailure="ALL_OLD", **params
-            )
+        try:
+            with _errors("PutItem"):
+                self.client.put_item(
+                    TableName=self.name,
+                    Item=stamp(item, token),
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **params,
+                )
+        except ConditionFailed as failed:
+            if not carries(failed.old, token):
+                raise
 
     def put_action(self, item: Item, condition: Condition) -> dict[str, Any]:
         """One conditional Put of a transaction."""
@@ -227,13 +250,23 @@ class DynamoTable:
         return {"Put": {**put, **condition.params()}}
 
     def transact(self, actions: Sequence[dict[str, Any]]) -> None:
-        """All ``actions`` or none; a lost race with another transaction is retried (bounded)."""
+        """All ``actions`` or none; a lost race with another transaction is retried (bounded).
+
+        One token for the whole logical transaction: its ``ClientRequestToken`` on every send, and
+        stamped on each item it writes. A cancellation whose failed condition found an item
+        carrying that token is this transaction, already applied: a success.
+        """
+        token = new_token()
+        items = cast("Sequence[TransactWriteItemTypeDef]", [stamp_action(a, token) for a in actions])
         for attempt in range(self.max_attempts):
             try:
                 with _errors("TransactWriteItems"):
-                    items = cast("Sequence[TransactWriteItemTypeDef]", actions)
-                    self.client.transact_write_items(TransactItems=items)
+                    self.client.transact_write_items(TransactItems=items, ClientRequestToken=token)
                 return
+            except TransactionCancelled as lost:
+                if any(lost.failed(i) and carries(lost.old(i), token) for i in range(len(lost.reasons))):
+                    return
+                raise
             except _Transient as exc:
                 if attempt + 1 == self.max_attempts:
                     raise StoreError("DynamoDB TransactWriteItems kept conflicting") from exc
