@@ -4,9 +4,10 @@ A rule's ``Input`` is delivered as the event: ``{"agent", "message", "sessionId"
 The turn runs with ``trigger: "schedule"`` (run_start / run_finish carry it) and, past its time
 budget, is handed to the resume worker like any other turn.
 
-``{"action": "sweep"}`` expires due pending items and hands running turns whose lease expired to the
-resume worker; it returns ``{"swept": <items expired>}`` plus ``"recovered": <turns handed on>``
-when there were any.
+``{"action": "sweep"}`` finds every stalled turn (docs/reliability.md): it expires due pending items,
+re-invokes turns whose runner died, that were never claimed or whose model retry is due, and resends
+undelivered notifications; it returns ``{"swept": <items expired>}`` plus ``"recovered": <turns
+handed on>`` and ``"notified": <notifications tried>`` when there were any.
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and event.get("action") == "sweep":
         # Expiry is a policy decided here (pending_ttl / on_expiry), never by DynamoDB TTL,
         # which only removes long-dead records.
-        # It also hands on running turns whose lease expired (their runner died).
         try:
             done = root.engine().sweep()
         finally:
             flush()
-        logger.info("sweep", extra={"expired": done.expired, "recovered": done.recovered})
+        counts = {"expired": done.expired, "recovered": done.recovered, "notified": done.notified}
+        logger.info("sweep", extra=counts)
         swept: dict[str, Any] = {"swept": done.expired}
         if done.recovered:
             swept["recovered"] = done.recovered
+        if done.notified:
+            swept["notified"] = done.notified
         return swept
     if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
         logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
