@@ -62,7 +62,7 @@ def test_jwt_claims_identify_the_decider(engine: Engine) -> None:
     status, _ = call(api.handler, event)
     assert status == 202
     decided = [e for e in engine.rt.stores.turns.events(paused["turnId"]) if e["type"] == "decided"]
-    assert decided[0]["decidedBy"] == "user-42" and decided[0]["channel"] == "api-jwt"
+    assert decided[0]["decidedBy"] == "user:user-42" and decided[0]["channel"] == "api-jwt"
 
 
 @pytest.mark.parametrize(

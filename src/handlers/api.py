@@ -12,7 +12,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from handlers import root, web
+from handlers import auth, root, web
 from handlers.magic import router as magic_router
 from handlers.observability import flush, logger, tracer
 from handlers.slack import router as slack_router
@@ -20,7 +20,7 @@ from loopengine import ids, views
 from loopengine.errors import LoopengineError
 
 app = APIGatewayHttpResolver()
-app.use([web.edge])  # surrogates in the path or query string: 400 before any route runs
+app.use([auth.middleware, web.edge])  # deny by default (auth.PUBLIC aside), then input hygiene
 app.include_router(magic_router)
 app.include_router(slack_router)
 API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s; LOOPENGINE_API_BUDGET_SECONDS lowers it
@@ -34,7 +34,7 @@ def health() -> Response[str]:
 
 @app.post("/agents/<agent>/messages")
 def post_message(agent: str) -> Response[str]:
-    sender = web.decider(app.current_event)
+    sender = auth.current(app)
     body = web.json_body(app.current_event)
     _client_id(body, "sessionId", ids.is_session_id)
     _client_id(body, "tenant", ids.is_tenant)
@@ -42,7 +42,7 @@ def post_message(agent: str) -> Response[str]:
         agent,
         body.get("message"),
         session_id=body.get("sessionId") or None,
-        tenant=body.get("tenant") or "",
+        tenant=body.get("tenant") or None,
         budget_seconds=_budget(),
         sender=sender,
         remaining_seconds=_remaining(),
@@ -53,7 +53,7 @@ def post_message(agent: str) -> Response[str]:
 
 @app.post("/pending-approvals/<pending_id>/resolve")
 def resolve(pending_id: str) -> Response[str]:
-    who = web.decider(app.current_event)
+    who = auth.current(app)
     web.path_id(pending_id, ids.is_pending_id, "pending item")
     body = web.json_body(app.current_event)
     wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
@@ -72,7 +72,7 @@ def resolve(pending_id: str) -> Response[str]:
 
 @app.post("/pending-questions/<pending_id>/answer")
 def answer(pending_id: str) -> Response[str]:
-    who = web.decider(app.current_event)
+    who = auth.current(app)
     web.path_id(pending_id, ids.is_pending_id, "pending item")
     body = web.json_body(app.current_event)
     wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
@@ -82,25 +82,24 @@ def answer(pending_id: str) -> Response[str]:
 
 @app.get("/pending-approvals")
 def list_pending() -> Response[str]:
-    web.decider(app.current_event)
+    who = auth.current(app)
     query = app.current_event.query_string_parameters or {}
-    items = root.engine().open_items(agent=query.get("agent"), tenant=query.get("tenant"))
+    items = root.engine().open_items(agent=query.get("agent"), tenant=query.get("tenant"), who=who)
     return web.reply(200, {"items": items})
 
 
 @app.get("/turns/<turn_id>")
 def get_turn(turn_id: str) -> Response[str]:
-    web.decider(app.current_event)
+    who = auth.current(app)
     web.path_id(turn_id, ids.is_turn_id, "turn")
     engine = root.engine()
-    return web.reply(
-        200, views.turn_view(engine.turn(turn_id), engine.outcome(turn_id), engine.audit(turn_id))
-    )
+    turn = engine.turn(turn_id, who)
+    return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), engine.audit(turn_id, who)))
 
 
 @app.post("/turns/<turn_id>/cancel")
 def cancel_turn(turn_id: str) -> Response[str]:
-    who = web.decider(app.current_event)
+    who = auth.current(app)
     web.path_id(turn_id, ids.is_turn_id, "turn")
     logger.set_correlation_id(turn_id)
     return web.reply(*views.cancelled(root.engine().cancel(turn_id, who)))
@@ -108,9 +107,9 @@ def cancel_turn(turn_id: str) -> Response[str]:
 
 @app.get("/sessions/<session_id>")
 def get_session(session_id: str) -> Response[str]:
-    web.decider(app.current_event)
+    who = auth.current(app)
     web.path_id(session_id, ids.is_session_id, "session")
-    return web.reply(200, views.session_view(session_id, root.engine().history(session_id)))
+    return web.reply(200, views.session_view(session_id, root.engine().history(session_id, who)))
 
 
 @app.not_found

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -23,7 +21,6 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from loopengine import errors, jsonsafe
-from loopengine.resolution import Decider
 
 MAX_BODY_BYTES = 256 * 1024
 
@@ -132,51 +129,6 @@ def edge(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Respon
     check_request(app.current_event)
     response: Response[str] = next_middleware(app)
     return response
-
-
-def decider(event: APIGatewayProxyEventV2, channel: str = "api") -> Decider:
-    """Who is calling: the JWT authorizer's claims in AWS, else HTTP Basic (401 when neither).
-
-    ``LOOPENGINE_ADMIN_AUTH`` (``user:password``) turns Basic auth on; with it unset and no JWT
-    authorizer, only a local server started with anonymous access allowed lets calls through.
-    """
-    claims = _jwt_claims(event)
-    if claims and claims.get("sub"):
-        groups = claims.get("cognito:groups") or claims.get("groups") or ()
-        if isinstance(groups, str):
-            groups = tuple(g for g in groups.strip("[]").replace(",", " ").split() if g)
-        return Decider(str(claims["sub"]), "api-jwt", tuple(str(g) for g in groups))
-    expected = os.environ.get("LOOPENGINE_ADMIN_AUTH")
-    if not expected:
-        if os.environ.get("LOOPENGINE_ALLOW_ANONYMOUS") == "1":
-            return Decider("anonymous", channel)
-        raise HttpError(401, "unauthorized", "credentials required")
-    headers = event.headers or {}
-    user = _basic_user(headers.get("authorization") or "", expected)
-    if user is None:
-        raise HttpError(401, "unauthorized", "missing or wrong credentials")
-    return Decider(user, channel)
-
-
-def _basic_user(header: str, expected: str) -> str | None:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "basic" or not token:
-        return None
-    try:
-        given = base64.b64decode(token.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if not hmac.compare_digest(given, expected.encode()):
-        return None
-    return expected.split(":", 1)[0]
-
-
-def _jwt_claims(event: APIGatewayProxyEventV2) -> dict[str, Any]:
-    context: dict[str, Any] = event.raw_event.get("requestContext") or {}
-    authorizer = context.get("authorizer") or {}
-    jwt = authorizer.get("jwt") or {}
-    claims = jwt.get("claims") or {}
-    return claims if isinstance(claims, dict) else {}
 
 
 def query_float(event: APIGatewayProxyEventV2, name: str, lo: float, hi: float) -> float | None:

@@ -12,11 +12,12 @@ from typing import Any
 
 from loopengine import delivery, lifecycle, resolution, views
 from loopengine.agent import AgentConfig
-from loopengine.errors import Conflict, InvalidInput, NotFound, VersionConflict
+from loopengine.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
 from loopengine.ids import new_id
 from loopengine.loop import TurnOutcome, Worker, advance
 from loopengine.messages import Message
 from loopengine.ports import Append, Change
+from loopengine.principals import OPERATOR
 from loopengine.resolution import Decider, Resolution
 from loopengine.runtime import Runtime
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
@@ -38,7 +39,7 @@ class Engine:
         agent: str,
         message: Any,
         session_id: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
         trigger: str = "message",
         budget_seconds: float | None = None,
         sender: Decider | None = None,
@@ -50,24 +51,32 @@ class Engine:
         abandons the wait (its items become ``unknown``, the old turn ends ``superseded``),
         ``reject`` answers 409 with the pending items, ``queue`` keeps the message until the parked
         turn finishes and returns a ``queued`` turn.
+
+        Tenants: a ``tenant`` outside the sender's scope is 403; a sender scoped to one tenant who
+        names none gets theirs; a session of another tenant does not exist for the sender (404).
+        Superseding a parked turn whose items need approvers needs the same authority.
         """
         if not isinstance(message, str) or not message.strip():
             raise InvalidInput("message must be a non-empty string")
         if len(message) > MAX_MESSAGE_CHARS:
             raise InvalidInput(f"message is longer than {MAX_MESSAGE_CHARS} characters")
         rt = self.rt
+        who = sender or Decider("system", "message", kind=OPERATOR)
+        tenant = _tenant_for(who, tenant)
         config = rt.agents.get(agent)
         sid = session_id or new_id("ses_")
-        active = self._active_turns(sid, config)
+        active = self._active_turns(sid, config, tenant)
         if active and config.on_new_message == "queue":
             return self._queue(config, sid, tenant, trigger, message)
         for earlier in active:
-            self._make_way(config, earlier, sender or Decider("user", "message"))
+            self._make_way(config, earlier, who)
         return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds)
 
-    def _active_turns(self, sid: str, config: AgentConfig) -> list[TurnRecord]:
+    def _active_turns(self, sid: str, config: AgentConfig, tenant: str) -> list[TurnRecord]:
         turns = self.rt.stores.turns.session_turns(sid)
         for earlier in turns:
+            if earlier.tenant != tenant:  # another tenant's session does not exist for this caller
+                raise NotFound(f"no session {sid!r}")
             if earlier.agent != config.name:
                 raise Conflict(f"session {sid} belongs to agent {earlier.agent!r}")
         return [t for t in turns if t.status is not TurnStatus.FINISHED]
@@ -77,6 +86,7 @@ class Engine:
         items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
         stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
         if (earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede") or stopping:
+            self._check_stop_authority(earlier, sender, "supersede")
             by = {**sender.record(), "decidedBy": sender.identity}
             stopped = lifecycle.request_stop(self.rt, earlier.turn_id, StopReason.SUPERSEDED, by)
             if stopped.status is not TurnStatus.FINISHED:  # a crash left it half-stopped: close it
@@ -203,11 +213,24 @@ class Engine:
     def cancel(self, turn_id: str, decider: Decider) -> TurnRecord:
         """Stop a turn: parked or queued at once, running at its next step boundary.
 
-        What was already sent is not unsaid: calls that ran keep their effects.
+        What was already sent is not unsaid: calls that ran keep their effects. A turn whose open
+        items need approvers may be cancelled only by one who could decide them all (or the
+        operator): cancelling abandons those items.
         """
-        self.turn(turn_id)
+        turn = self.turn(turn_id, decider)
+        self._check_stop_authority(turn, decider, "cancel")
         by = {**decider.record(), "decidedBy": decider.identity}
         return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
+
+    def _check_stop_authority(self, turn: TurnRecord, who: Decider, what: str) -> None:
+        if who.operator:
+            return
+        for item in self.outcome(turn.turn_id).pending:
+            if not who.may_approve(item.approvers):
+                raise Forbidden(
+                    f"{who.id} may not {what} turn {turn.turn_id}: its item {item.pending_id} "
+                    f"may only be decided by {', '.join(item.approvers)}"
+                )
 
     def sweep(self) -> lifecycle.SweepResult:
         """Find every stalled turn and move it on; resend due notifications (see ``lifecycle.sweep``)."""
@@ -217,10 +240,10 @@ class Engine:
         """Apply the expiry policy to the turn's items past their deadline now (as the sweep would)."""
         return lifecycle.expire_due(self.rt, self.turn(turn_id))
 
-    def turn(self, turn_id: str) -> TurnRecord:
-        """Read a turn (NotFound if unknown)."""
+    def turn(self, turn_id: str, who: Decider | None = None) -> TurnRecord:
+        """Read a turn (NotFound if unknown, or of a tenant ``who`` cannot see)."""
         turn = self.rt.stores.turns.get_turn(turn_id)
-        if turn is None:
+        if turn is None or (who is not None and not who.sees(turn.tenant)):
             raise NotFound(f"no turn {turn_id!r}")
         return turn
 
@@ -228,21 +251,39 @@ class Engine:
         """The turn's current outcome, with its open pending items."""
         return lifecycle.outcome(self.rt, turn_id)
 
-    def audit(self, turn_id: str) -> list[JsonDict]:
+    def audit(self, turn_id: str, who: Decider | None = None) -> list[JsonDict]:
         """The turn's audit trail, oldest first (NotFound if the turn is unknown)."""
-        self.turn(turn_id)
+        self.turn(turn_id, who)
         return self.rt.stores.turns.events(turn_id)
 
-    def open_items(self, agent: str | None = None, tenant: str | None = None) -> list[JsonDict]:
-        """Every open pending item (the poll surface), oldest checkpoint first."""
+    def open_items(
+        self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
+    ) -> list[JsonDict]:
+        """Open pending items (the poll surface), oldest checkpoint first, of the tenants ``who`` sees.
+
+        A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller.
+        Each store query is bounded to one tenant (the operator's unbounded view aside).
+        """
+        if tenant is not None and who is not None and not who.sees(tenant):
+            raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
+        if tenant is not None or who is None or who.tenants is None:
+            tenants: list[str | None] = [tenant]
+        else:
+            tenants = [*sorted(who.tenants)]
+        found = [cp for t in tenants for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
+        found.sort(key=lambda cp: (cp.created_at, cp.id))
         return [
             views.listed_item(cp, item)
-            for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=tenant)
+            for cp in found
             for item in cp.outstanding.values()
+            if who is None or who.sees_item(cp.tenant, item.pending_id)
         ]
 
-    def history(self, session_id: str) -> list[Message]:
-        """A session's durable history (NotFound for an unknown session)."""
+    def history(self, session_id: str, who: Decider | None = None) -> list[Message]:
+        """A session's durable history (NotFound for an unknown session, or another tenant's)."""
+        turns = self.rt.stores.turns.session_turns(session_id)
+        if who is not None and not all(who.sees(t.tenant) for t in turns):
+            raise NotFound(f"no session {session_id!r}")
         messages = self.rt.stores.sessions.load(session_id)
         if not messages:
             raise NotFound(f"no session {session_id!r}")
@@ -263,3 +304,16 @@ class Engine:
             pause.wait(step)
             waited += step
             step = min(step * 2, 0.25)
+
+
+def _tenant_for(who: Decider, named: str | None) -> str:
+    """The tenant a message goes to: the one named (403 outside the caller's scope), else theirs."""
+    if named is not None and named != "":
+        if not who.sees(named):
+            raise Forbidden(f"{who.id} may not act in tenant {named!r}")
+        return named
+    if who.tenants is None or "" in who.tenants:
+        return ""
+    if len(who.tenants) == 1:
+        return next(iter(who.tenants))
+    raise InvalidInput("tenant is required: you may act in several tenants")

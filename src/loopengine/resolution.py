@@ -22,6 +22,7 @@ from loopengine.gate import Decision
 from loopengine.lifecycle import expire_due, resume_turn
 from loopengine.loop import hand_on
 from loopengine.ports import Change
+from loopengine.principals import Principal
 from loopengine.runtime import Runtime
 from loopengine.schema import validate_args
 from loopengine.turns import TurnRecord
@@ -29,17 +30,8 @@ from loopengine.turns import TurnRecord
 JsonDict = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Decider:
-    """Who decides, and through which channel (recorded with every decision)."""
-
-    identity: str
-    channel: str = "api"
-    groups: tuple[str, ...] = ()
-
-    def record(self) -> JsonDict:
-        """The audit fields of this decider."""
-        return {"decidedBy": self.identity, "channel": self.channel}
+Decider = Principal
+"""Who decides (a :class:`~loopengine.principals.Principal`), recorded with every decision."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +55,16 @@ def _open_item(cp: TurnCheckpoint, pending_id: str) -> PendingItem | None:
     return None if cp.closed else cp.outstanding.get(pending_id)
 
 
-def _find(rt: Runtime, pending_id: str, kind: str) -> tuple[TurnCheckpoint, PendingItem] | Resolution:
-    """The open item, or how to answer a click on one that is not open (already / expired)."""
+def _find(
+    rt: Runtime, pending_id: str, kind: str, who: Principal
+) -> tuple[TurnCheckpoint, PendingItem] | Resolution:
+    """The open item, or how to answer a click on one that is not open (already / expired).
+
+    An item of a tenant the caller cannot see does not exist for them (404, whatever its state).
+    """
     cp = rt.stores.checkpoints.find_by_pending(pending_id)
+    if cp is not None and not who.sees_item(cp.tenant, pending_id):
+        raise NotFound(f"no pending item {pending_id!r}")
     item = _open_item(cp, pending_id) if cp is not None else None
     if cp is None or item is None:
         return ALREADY
@@ -145,14 +144,14 @@ def resolve_approval(
         raise InvalidInput("decision must be 'approve' or 'deny'")
     if scope not in (None, "turn"):
         raise InvalidInput("scope must be 'turn' (or left out)")
-    found = _find(rt, pending_id, "approval")
+    found = _find(rt, pending_id, "approval", decider)
     if isinstance(found, Resolution):
         return found
     cp, item = found
     if args_hash is not None and args_hash != item.args_hash:
         raise Conflict("argsHash does not match the pending call: the request you saw has changed")
-    if item.approvers and not ({decider.identity, *decider.groups} & set(item.approvers)):
-        raise Forbidden(f"{decider.identity} is not among the approvers of this call")
+    if not decider.may_approve(item.approvers):
+        raise Forbidden(f"{decider.id} is not among the approvers of this call")
     turn = _turn(rt, cp.turn_id)
     now, by = rt.stores.clock.now(), decider.record()
     if decision == "deny":
@@ -164,7 +163,7 @@ def resolve_approval(
         return _report(rt, *denied)
     args, edited = item.args, False
     if edited_args is not None:
-        args, edited = _check_edit(rt.config_of(turn), item, edited_args), True
+        args, edited = _check_edit(rt.config_of(turn), item, edited_args, decider), True
     event = rt.stamp(
         "decided", pendingId=pending_id, decision="approve", edited=edited, comment=comment, **by
     )
@@ -186,7 +185,7 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
     """Record the answer to a pending ``system_ask_user`` question."""
     if not isinstance(answer, str) or not answer.strip():
         raise InvalidInput("answer must be a non-empty string")
-    found = _find(rt, pending_id, "question")
+    found = _find(rt, pending_id, "question", decider)
     if isinstance(found, Resolution):
         return found
     cp, _item = found
@@ -199,15 +198,22 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
     return _report(rt, *answered)
 
 
-def _check_edit(config: Any, item: PendingItem, edited_args: Any) -> JsonDict:
+def _check_edit(config: Any, item: PendingItem, edited_args: Any, decider: Principal) -> JsonDict:
+    """An edited call is a new call: valid for the tool's schema, and re-gated under its own rule.
+
+    Its verdict deny -> 403; a rule with approvers -> the decider must be one of them (403).
+    """
     if not isinstance(edited_args, dict):
         raise InvalidInput("editedArgs must be a JSON object")
     tool = config.tool(item.tool)
     if tool is None:
         raise InvalidInput(f"tool {item.tool!r} is not part of this turn's configuration")
     validate_args(tool.input_schema, edited_args, "editedArgs")
-    if config.rules.evaluate(item.tool, edited_args).decision is Decision.DENY:
-        raise InvalidInput("the rules deny this call with the edited arguments")
+    verdict = config.rules.evaluate(item.tool, edited_args)
+    if verdict.decision is Decision.DENY:
+        raise Forbidden("the rules deny this call with the edited arguments")
+    if not decider.may_approve(verdict.approvers):
+        raise Forbidden(f"{decider.id} may not approve this call with the edited arguments: {verdict.reason}")
     return edited_args
 
 
