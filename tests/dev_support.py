@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -41,10 +42,15 @@ def request(
 
 
 class DevProcess:
-    """``loopengine dev --port N`` with ``env``; output appended to ``log`` (discarded if None)."""
+    """``loopengine dev --port N [args]`` with ``env``; output appended to ``log`` (discarded if None).
 
-    def __init__(self, env: dict[str, str], port: int, log: Path | None = None) -> None:
-        self.env, self.port, self.log = env, port, log
+    The server runs in a process group of its own, so :meth:`kill` takes down its environments too.
+    """
+
+    def __init__(
+        self, env: dict[str, str], port: int, log: Path | None = None, args: tuple[str, ...] = ()
+    ) -> None:
+        self.env, self.port, self.log, self.args = env, port, log, args
         self.proc: subprocess.Popen[bytes] | None = None
 
     def log_text(self) -> str:
@@ -52,9 +58,11 @@ class DevProcess:
 
     def start(self) -> None:
         """Start the server and wait (up to 20 s) until /health answers."""
-        command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)]
+        command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port), *self.args]
         with open(self.log or os.devnull, "ab") as out:
-            self.proc = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -66,13 +74,20 @@ class DevProcess:
                 time.sleep(0.1)
         raise RuntimeError(f"loopengine dev did not come up: {self.log_text()}")
 
+    def kill(self) -> None:
+        """``kill -9`` the server and every environment of it (its whole process group)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
     def stop(self) -> None:
-        """Ctrl-C the server; kill it if it has not stopped within 10 s."""
+        """Ctrl-C the server; kill it (and its environments) if it has not stopped within 10 s."""
         if self.proc is not None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
             self.proc = None

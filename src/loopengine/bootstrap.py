@@ -7,6 +7,7 @@ chosen: the SQLite path never imports boto3, the scripted model never imports an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,29 @@ from loopengine.registry import AgentRegistry
 from loopengine.runtime import Runtime
 
 DEFAULT_DB = ".loopengine/loopengine.db"
+TIMINGS = {
+    "lease_seconds": "LOOPENGINE_LEASE_SECONDS",
+    "handoff_grace": "LOOPENGINE_HANDOFF_GRACE_SECONDS",
+    "model_retry_seconds": "LOOPENGINE_MODEL_RETRY_SECONDS",
+}
+"""Runtime timing fields and the variables that override them (local and test use)."""
+
+
+def timings(env: Mapping[str, str]) -> dict[str, float]:
+    """The :data:`TIMINGS` overrides set in ``env``, by Runtime field; ``ConfigError`` if malformed."""
+    out: dict[str, float] = {}
+    for field_name, var in TIMINGS.items():
+        raw = (env.get(var) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{var} must be a number of seconds greater than 0, not {raw[:40]!r}")
+        out[field_name] = value
+    return out
 
 
 def open_stores(env: Mapping[str, str], clock: Clock) -> Stores:
@@ -93,9 +117,10 @@ def build_runtime(
     clock: Clock | None = None,
     registry: AgentRegistry | None = None,
 ) -> Runtime:
-    """Assemble the runtime for this process from ``env``."""
+    """Assemble the runtime for this process from ``env`` (timings: see :func:`timings`)."""
     clock = clock or SystemClock()
     registry = registry or AgentRegistry.from_env(env)
+    tuned = timings(env)
     return Runtime(
         stores=stores or open_stores(env, clock),
         agents=registry,
@@ -104,4 +129,7 @@ def build_runtime(
         invoker=invoker,
         public_url=env.get("LOOPENGINE_PUBLIC_URL", "http://127.0.0.1:8787"),
         code_version=env.get("LOOPENGINE_RESUME_VERSION") or None,
+        lease_seconds=tuned.get("lease_seconds", Runtime.lease_seconds),
+        handoff_grace=tuned.get("handoff_grace", Runtime.handoff_grace),
+        model_retry_seconds=tuned.get("model_retry_seconds", Runtime.model_retry_seconds),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -23,6 +24,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
     dev.add_argument(
         "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
+    )
+    dev.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="run the sweep (expiry, stalled turns, notification retries) this often; 0: never (default 10)",
     )
     agents = sub.add_parser("agents", help="list the agents (the agents package and LOOPENGINE_AGENTS_PATH)")
     agents.add_argument(
@@ -53,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.workers < 1:
                 print("loopengine dev: --workers must be at least 1", file=sys.stderr)
                 return 2
-            return serve(args.port, args.workers)
+            if not math.isfinite(args.sweep_interval) or args.sweep_interval < 0:
+                print("loopengine dev: --sweep-interval must be 0 (off) or more", file=sys.stderr)
+                return 2
+            return serve(args.port, args.workers, args.sweep_interval)
         if args.command == "agents":
             from loopengine.agents_cli import list_agents
 

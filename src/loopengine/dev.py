@@ -3,7 +3,8 @@
 Each request becomes an API Gateway HTTP API (payload 2.0) event and goes through the very same
 ``handlers.api.handler`` a deployment runs; resumes run in-process on background threads. The store
 is SQLite (``LOOPENGINE_DB``) unless ``LOOPENGINE_TABLE`` names a DynamoDB table. Parked turns live
-in the store, so stopping and starting the server loses nothing.
+in the store, so stopping and starting the server loses nothing. A background :class:`Sweeper`
+runs the sweep (what the schedule Lambda does in AWS) every ``--sweep-interval`` seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -157,6 +159,14 @@ def _invoke(event: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _sweep() -> tuple[int, int, int]:
+    """One sweep in this environment (its re-invoked resumes run on its background threads)."""
+    from handlers import root
+
+    done = root.engine().sweep()
+    return done.expired, done.recovered, done.notified
+
+
 class Environments:
     """Worker processes standing in for Lambda execution environments: one event each at a time.
 
@@ -174,10 +184,52 @@ class Environments:
         result: dict[str, Any] = self.pool.apply(_invoke, (event,))
         return result
 
+    def sweep(self, timeout: float) -> tuple[int, int, int]:
+        """Run one sweep in a free environment: (expired, recovered, notified)."""
+        result: tuple[int, int, int] = self.pool.apply_async(_sweep).get(timeout)
+        return result
+
     def close(self) -> None:
         """Stop every environment (background resumes in flight stop with them)."""
         self.pool.terminate()
         self.pool.join()
+
+
+class Sweeper:
+    """A parent thread that has an environment run the sweep every ``interval`` seconds.
+
+    The first sweep runs at once (a restart picks up what the last run left behind); one runs at
+    a time. A line is printed when a sweep did something, or failed; counts only.
+    """
+
+    def __init__(self, environments: Environments, interval: float) -> None:
+        self.environments = environments
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sweeper", daemon=True)
+
+    def start(self) -> None:
+        """Start sweeping in the background."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the sweep in progress, if any."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                expired, recovered, notified = self.environments.sweep(max(60.0, self.interval))
+            except Exception as exc:  # the next sweep tries again
+                if not self._stop.is_set():
+                    print(f"  sweep failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            else:
+                if expired or recovered or notified:
+                    print(
+                        f"  sweep: {expired} expired, {recovered} recovered, {notified} notified",
+                        flush=True,
+                    )
+            self._stop.wait(self.interval)
 
 
 def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
@@ -192,8 +244,11 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return notes
 
 
-def serve(port: int, workers: int = 4) -> int:
-    """Run until interrupted."""
+def serve(port: int, workers: int = 4, sweep_interval: float = 10.0) -> int:
+    """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never)."""
+    from loopengine.bootstrap import timings
+
+    timings(os.environ)  # a malformed setting fails here, once, not in every environment
     notes = prepare_env(os.environ)
     store = (
         f"DynamoDB table {os.environ['LOOPENGINE_TABLE']}"
@@ -207,15 +262,21 @@ def serve(port: int, workers: int = 4) -> int:
         environments.close()
         print(f"loopengine dev: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
         return 2
-    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store}, {workers} environments)")
+    sweeping = f"sweep every {sweep_interval:g}s" if sweep_interval > 0 else "no sweep"
+    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store}, {workers} environments, {sweeping})")
     for note in notes:
         print(f"  note: {note}")
-    print(json.dumps({"try": f"curl -s localhost:{port}/health"}))
+    print(json.dumps({"try": f"curl -s localhost:{port}/health"}), flush=True)
+    sweeper = Sweeper(environments, sweep_interval) if sweep_interval > 0 else None
+    if sweeper is not None:
+        sweeper.start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        if sweeper is not None:
+            sweeper.stop()
         server.server_close()
         environments.close()
     return 0

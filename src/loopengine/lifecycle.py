@@ -220,6 +220,7 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
     notification that is due is sent again.
     """
     now = rt.stores.clock.now()
+    later = now + rt.handoff_grace
     expired = recovered = 0
     for turn in rt.stores.turns.due_turns(now, limit):
         if turn.status is TurnStatus.PAUSED:
@@ -228,6 +229,8 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
             if session_free(rt, turn):
                 hand_on(rt, turn)
                 recovered += 1
+            else:  # not yet: out of this page, so the turns behind it are reached
+                rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, later), turn)
         elif turn.status in ts.CLAIMABLE:
             rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
             hand_on(rt, turn)

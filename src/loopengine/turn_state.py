@@ -24,7 +24,8 @@ duplicate delivery, a late click or a second stop request finds nothing to do.
 then. RUNNING: the lease end (a heartbeat renews it while a step runs, so only a dead runner lets
 it pass). READY: a short grace after the hand-off (the resume invoke should claim it long before).
 RETRYING: the retry time. PAUSED: the first pending item's expiry, if any. QUEUED turns are due
-at once (the sweep starts them when their session frees up); FINISHED turns are never due.
+at once (the sweep starts them when their session frees up; until then it looks again after the
+grace); FINISHED turns are never due.
 
 Who moves what: the *request* (API route, magic link, Slack) creates turns, records decisions
 (PAUSED -> READY), requests stops and finishes turns whose stop runs nothing; the *worker* (resume
@@ -108,6 +109,16 @@ def pause(
         lease_until=0.0,
         due_at=due_at,
     )
+
+
+def wait_queued(turn: TurnRecord, due_at: float) -> TurnRecord | None:
+    """A QUEUED turn whose session is still busy: the sweep looks at it again at ``due_at``.
+
+    (Left due, blocked queued turns would fill every sweep's page and starve the turns behind them.)
+    """
+    if turn.status is not TurnStatus.QUEUED or (turn.due_at is not None and turn.due_at >= due_at):
+        return None
+    return replace(turn, due_at=due_at)
 
 
 def paused_due(turn: TurnRecord, checkpoint_id: str, due_at: float | None) -> TurnRecord | None:
