@@ -89,10 +89,12 @@ def test_unknown_agent_is_404(engine: Engine) -> None:
     assert status == 404 and body["error"] == "not_found"
 
 
-def test_unknown_route_is_404_json(engine: Engine) -> None:
+def test_unknown_route_is_404_json_and_401_without_credentials(engine: Engine) -> None:
     event = load_event("health")
     event["rawPath"] = event["requestContext"]["http"]["path"] = "/nope"
-    assert call(api.handler, event)[0] == 404
+    assert call(api.handler, event)[0] == 401  # deny by default: no route table for strangers
+    status, body = call(api.handler, with_auth(event, "admin"))
+    assert status == 404 and body["error"] == "not_found"
 
 
 def test_approve_resume_chain_finish_through_handlers(engine: Engine) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.errors import InvalidInput, WrongKind
+from loopengine.errors import Forbidden, InvalidInput, WrongKind
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.resolution import Decider
 from loopengine.tools import ASK_USER
@@ -64,7 +64,8 @@ def test_invalid_edit_then_valid_edit_on_the_same_pending_id(bad: Any, why: str)
         (item,) = out.pending
         before = checkpoint(h, out.turn_id)
 
-        with pytest.raises(InvalidInput) as info:
+        refused = Forbidden if why == "rules deny" else InvalidInput  # a denied edit is 403
+        with pytest.raises(refused) as info:
             h.engine.resolve(item.pending_id, "approve", REVIEWER, edited_args=bad)
 
         assert why in str(info.value)

@@ -171,7 +171,7 @@ def test_nan_amount_in_edited_args_never_reaches_the_deny_rule_or_the_tool(edge:
     # THEN the item is still open, and the rule still denies a real large amount
     assert pending in edge.open_ids()
     status, reply = http(api.handler, resolve_event(pending, edit % "20000"))
-    assert status == 400 and edge.calls.log == [] and pending in edge.open_ids(), reply
+    assert status == 403 and edge.calls.log == [] and pending in edge.open_ids(), reply
     # AND a sane edit runs the tool with exactly that amount
     status, reply = http(api.handler, resolve_event(pending, edit % "150"))
     assert status in (200, 202), reply

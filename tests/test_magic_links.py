@@ -647,7 +647,7 @@ def test_json_routes_still_answer_json(cs: Engine) -> None:
     event = load_event("health")
     event["rawPath"] = event["requestContext"]["http"]["path"] = "/magic"
     status, body = http(api.handler, event)
-    assert status == 404 and body["error"] == "not_found"
+    assert status == 401 and body["error"] == "unauthorized"  # not under the public /magic/ prefix
     event = load_event("magic_get", **{PLACEHOLDER: "x.y"})
     event["requestContext"]["http"]["method"] = "DELETE"
     status, body = http(api.handler, event)

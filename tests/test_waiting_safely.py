@@ -631,7 +631,7 @@ def test_only_a_named_approver_may_decide(build: Build) -> None:
     # THEN it is accepted and the audit says alice decided
     assert status == 202 and body["status"] == "resuming"
     [decided] = events(h, turn_id, "decided")
-    assert decided["decidedBy"] == "alice" and decided["channel"] == "api-jwt"
+    assert decided["decidedBy"] == "user:alice" and decided["channel"] == "api-jwt"
     assert calls.count("gated") == 1
     assert h.engine.turn(turn_id).stop_reason is StopReason.END_TURN
 
@@ -639,7 +639,7 @@ def test_only_a_named_approver_may_decide(build: Build) -> None:
 @pytest.mark.parametrize("groups", [["refund-managers"], "[refund-managers other]"])
 def test_an_approver_group_matches_the_callers_groups(build: Build, groups: Any) -> None:
     calls = Calls()
-    h = build(waiter(calls, _approver_rules("refund-managers")), model=gated_then(say("done")))
+    h = build(waiter(calls, _approver_rules("group:refund-managers")), model=gated_then(say("done")))
     paused = pause()
     turn_id, pending = paused["turnId"], paused["pendingItems"][0]["pendingId"]
     status, _ = resolve_as(pending, {"sub": "bob", "cognito:groups": ["support"]})
@@ -647,7 +647,7 @@ def test_an_approver_group_matches_the_callers_groups(build: Build, groups: Any)
     status, body = resolve_as(pending, {"sub": "bob", "cognito:groups": groups})
     assert status == 202, body
     [decided] = events(h, turn_id, "decided")
-    assert decided["decidedBy"] == "bob"
+    assert decided["decidedBy"] == "user:bob"
     assert calls.count("gated") == 1
 
 

@@ -203,11 +203,12 @@ def expire_due(rt: Runtime, turn: TurnRecord) -> int:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep did: items expired, turns handed on, notifications (re)sent."""
+    """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
 
     expired: int = 0
     recovered: int = 0
     notified: int = 0
+    failed: int = 0
 
 
 def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
@@ -220,23 +221,43 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
     notification that is due is sent again.
     """
     now = rt.stores.clock.now()
-    later = now + rt.handoff_grace
-    expired = recovered = 0
+    expired = recovered = failed = 0
     for turn in rt.stores.turns.due_turns(now, limit):
-        if turn.status is TurnStatus.PAUSED:
-            expired += expire_due(rt, turn)
-        elif turn.status is TurnStatus.QUEUED:
-            if session_free(rt, turn):
-                hand_on(rt, turn)
-                recovered += 1
-            else:  # not yet: out of this page, so the turns behind it are reached
-                rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, later), turn)
-        elif turn.status in ts.CLAIMABLE:
-            rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
-            hand_on(rt, turn)
-            recovered += 1
+        try:
+            moved = _sweep_one(rt, turn, now)
+        except Exception as exc:  # one bad turn must not stop the pass; it stays due
+            failed += 1
+            _note_failure(rt, turn.turn_id, exc)
+            continue
+        expired += moved if turn.status is TurnStatus.PAUSED else 0
+        recovered += moved if turn.status is not TurnStatus.PAUSED else 0
     notified = delivery.deliver_due(rt, limit)
-    return SweepResult(expired, recovered, notified)
+    return SweepResult(expired, recovered, notified, failed)
+
+
+def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
+    """Move one due turn on; returns how many items expired (PAUSED) or 1 if it was handed on."""
+    if turn.status is TurnStatus.PAUSED:
+        return expire_due(rt, turn)
+    if turn.status is TurnStatus.QUEUED:
+        if session_free(rt, turn):
+            hand_on(rt, turn)
+            return 1
+        # not yet: out of this page, so the turns behind it are reached
+        rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, now + rt.handoff_grace), turn)
+        return 0
+    if turn.status in ts.CLAIMABLE:
+        rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
+        hand_on(rt, turn)
+        return 1
+    return 0
+
+
+def _note_failure(rt: Runtime, turn_id: str, exc: Exception) -> None:
+    try:
+        rt.event(turn_id, "sweep_failed", error=f"{type(exc).__name__}: {exc}")
+    except Exception:
+        return
 
 
 def outcome(rt: Runtime, turn_id: str) -> TurnOutcome:
