@@ -838,7 +838,7 @@ def test_pending_question_is_answered_through_the_link(build: Build) -> None:
 
 
 def test_a_recipient_who_is_not_an_approver_gets_403(build: Build) -> None:
-    rules = {"rules": [{"tool": "rich", "decision": "ask", "approvers": ["alice@example.com"]}]}
+    rules = {"rules": [{"tool": "rich", "decision": "ask", "approvers": ["email:alice@example.com"]}]}
     h, calls, turn_id, item = parked(build, RICH_ARGS, rules={**rules, "default_decision": "ask"})
     mallory = harness_token(h, item.pending_id, "mallory@example.com")
     assert get_page(mallory).status == 403

@@ -786,7 +786,10 @@ def waiter(calls: Calls, rules: dict[str, Any] | None = None, **kw: Any) -> Agen
 
 def test_someone_not_among_the_approvers_is_told_privately(build: Build, replies: ResponseUrls) -> None:
     calls = Calls()
-    rules = {"rules": [{"tool": "gated", "decision": "ask", "approvers": [ALICE]}], "default_decision": "ask"}
+    rules = {
+        "rules": [{"tool": "gated", "decision": "ask", "approvers": [f"slack:{ALICE}"]}],
+        "default_decision": "ask",
+    }
     h = build(
         waiter(calls, rules), model=ScriptedModel.from_list([call(use("gated", {"x": 1})), say("done")])
     )

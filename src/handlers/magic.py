@@ -162,8 +162,13 @@ def _question(
     return _html(status, pages.question_form(ctx.cp, item, ctx.claims.recipient, error, answer))
 
 
+def _recipient(ctx: _Context) -> Decider:
+    """The link's recipient: an ``email:`` identity scoped to the one item the link was sent for."""
+    return Decider(ctx.claims.recipient, CHANNEL, kind="email", pending_id=ctx.pending_id)
+
+
 def _check_approver(ctx: _Context, item: PendingItem) -> None:
-    if item.approvers and ctx.claims.recipient not in item.approvers:
+    if not _recipient(ctx).may_approve(item.approvers):
         raise _Stop(_message(403, pages.not_an_approver(item.approvers, ctx.claims.recipient)))
 
 
@@ -207,7 +212,7 @@ def _decide(token: str) -> Response[str]:
         return _approval(ctx, item, values, 400, pages.too_long("comment", MAX_COMMENT_CHARS), comment)
     try:
         edited = forms.edits(ctx.tool(item.tool), item.args, form) if decision == "approve" else None
-        who = Decider(ctx.claims.recipient, CHANNEL)
+        who = _recipient(ctx)
         args_hash = form.get("argsHash") or None
         res = ctx.engine.resolve(
             ctx.pending_id, decision, who, edited_args=edited, comment=comment or None, args_hash=args_hash
@@ -236,7 +241,7 @@ def _decide_question(ctx: _Context, item: PendingItem, form: Mapping[str, str]) 
     if len(answer) > MAX_COMMENT_CHARS:
         return _question(ctx, item, 400, pages.too_long("answer", MAX_COMMENT_CHARS), answer)
     try:
-        res = ctx.engine.answer(ctx.pending_id, answer, Decider(ctx.claims.recipient, CHANNEL))
+        res = ctx.engine.answer(ctx.pending_id, answer, _recipient(ctx))
     except errors.InvalidInput as exc:
         return _question(ctx, item, 400, str(exc), answer)
     if res.already_resolved:

@@ -106,7 +106,8 @@ def interactions() -> Response[str]:
         raise web.HttpError(400, "invalid_input", str(exc)) from None
     logger.set_correlation_id(action.pending_id)
     try:
-        res = engine.resolve(action.pending_id, action.decision, Decider(action.user_id, CHANNEL))
+        who = Decider(action.user_id, CHANNEL, kind="slack", pending_id=action.pending_id)
+        res = engine.resolve(action.pending_id, action.decision, who)
     except Forbidden:
         message = slack.ephemeral_message(NOT_AN_APPROVER)
     except InvalidInput as exc:  # e.g. a question's pendingId: these buttons cannot answer it

@@ -51,8 +51,11 @@ class Principal:
 
     @property
     def id(self) -> str:
-        """The typed identity."""
-        return identity(self.identity)
+        """The typed identity (an untyped ``identity`` takes the principal's kind, else ``user:``)."""
+        kind, sep, rest = self.identity.partition(":")
+        if sep and kind in KINDS and rest:
+            return self.identity
+        return f"{self.kind if self.kind in KINDS else 'user'}:{self.identity}"
 
     @property
     def operator(self) -> bool:
