@@ -241,7 +241,7 @@ class Run:
         while time.monotonic() < deadline:
             stores = open_sqlite_stores(str(self.db), SystemClock())
             try:
-                open_items = [i for cp in stores.checkpoints.list_open() for i in cp.outstanding.values()]
+                open_items = [i for cp in stores.checkpoints.list_open("") for i in cp.outstanding.values()]
                 restless = stores.turns.due_turns(time.time() + 3600, 10_000)
             finally:
                 stores.close()

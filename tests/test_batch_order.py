@@ -78,7 +78,7 @@ def run(batch: list[Planned]) -> Observed:
             assert pending == tuple(sorted((i.tool_use_id, i.kind) for i in out.pending))
             ran = tuple(sorted(r.tool_use_id for r in cp.results_so_far))
         else:
-            assert h.rt.stores.checkpoints.list_open() == []
+            assert h.rt.stores.checkpoints.list_open("") == []
         final: tuple[tuple[str, str], ...] = ()
         if msgs[-1].role == "user" and msgs[-1].tool_results:
             final = tuple(sorted((k, _status(v)) for k, v in results(msgs[-1]).items()))

@@ -335,7 +335,7 @@ def test_a_failing_notifier_never_loses_the_pending_item() -> None:
         assert stored.status is TurnStatus.PAUSED
         cp = checkpoint(h, out.turn_id)
         assert list(cp.outstanding) == [item.pending_id]
-        assert [c.id for c in h.rt.stores.checkpoints.list_open()] == [cp.id]
+        assert [c.id for c in h.rt.stores.checkpoints.list_open("")] == [cp.id]
         failed = events(h, out.turn_id, "notification_failed")
         assert {e["notification"] for e in failed} == {"run_start", "approval"}
         assert all("receiver down" in e["error"] for e in failed)

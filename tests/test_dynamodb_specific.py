@@ -200,7 +200,7 @@ def test_each_operation_costs_a_known_number_of_requests(dynamo: Dynamo) -> None
     cost("find_by_pending", lambda: stores.checkpoints.find_by_pending(first.pending_id))
     claim = transitions.approve(cp, first, first.args, WHO, T0, edited=False)
     cost("replace checkpoint", lambda: stores.checkpoints.replace(claim))
-    cost("list_open", lambda: stores.checkpoints.list_open(agent=cp.agent))
+    cost("list_open", lambda: stores.checkpoints.list_open(cp.tenant, agent=cp.agent))
     cost("append", lambda: stores.sessions.append(session, [Message.user_text("hi")], 0))
     cost("load", lambda: stores.sessions.load(session))
     cost("create_turn", lambda: stores.turns.create_turn(record))
@@ -293,7 +293,7 @@ def test_only_open_checkpoints_carry_the_index_keys_and_only_closed_ones_a_ttl(d
     closed = dynamo.raw(f"CP#{cp.id}", "CP")
 
     assert opened is not None and closed is not None
-    assert opened["gsi1pk"] == {"S": "OPEN"}
+    assert opened["gsi1pk"] == {"S": f"OPEN#{cp.tenant}"}
     assert opened["gsi1sk"] == {"S": f"{sortable(T0 + 1)}#{cp.id}"}
     assert "ttl" not in opened
     assert "gsi1pk" not in closed and "gsi1sk" not in closed

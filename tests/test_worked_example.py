@@ -154,7 +154,7 @@ def test_both_approved_in_either_order(h: Harness, calls: Calls, model: Scripted
     assert by[pending[first].pending_id]["decidedBy"] == ALICE.identity
     assert by[pending[second].pending_id]["decidedBy"] == BOB.identity
     assert by[pending[second].pending_id]["channel"] == "slack"
-    assert h.rt.stores.checkpoints.list_open() == []
+    assert h.rt.stores.checkpoints.list_open("") == []
     decided = events(h, turn_id, "decided")
     assert [e["decidedBy"] for e in decided] == [ALICE.identity, BOB.identity]
 

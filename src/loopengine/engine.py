@@ -261,15 +261,18 @@ class Engine:
     ) -> list[JsonDict]:
         """Open pending items (the poll surface), oldest checkpoint first, of the tenants ``who`` sees.
 
-        A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller.
-        Each store query is bounded to one tenant (the operator's unbounded view aside).
+        A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller (the
+        operator, who is in every tenant, names one; else the default tenant ``""``). Each store
+        query is bounded to one tenant by construction.
         """
         if tenant is not None and who is not None and not who.sees(tenant):
             raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
-        if tenant is not None or who is None or who.tenants is None:
-            tenants: list[str | None] = [tenant]
+        if tenant is not None:
+            tenants = [tenant]
+        elif who is None or who.tenants is None:
+            tenants = [""]
         else:
-            tenants = [*sorted(who.tenants)]
+            tenants = sorted(who.tenants)
         found = [cp for t in tenants for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
         found.sort(key=lambda cp: (cp.created_at, cp.id))
         return [

@@ -40,8 +40,11 @@ class CheckpointStore(Protocol):
         """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
         ...
 
-    def list_open(self, agent: str | None = None, tenant: str | None = None) -> list[TurnCheckpoint]:
-        """Checkpoints that still have something to decide, oldest first."""
+    def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
+        """Checkpoints of ``tenant`` that still have something to decide, oldest first.
+
+        Bounded to one tenant by construction (on DynamoDB each tenant is its own index partition).
+        """
         ...
 
 

@@ -123,18 +123,20 @@ def test_replacing_a_checkpoint_that_does_not_exist_conflicts_with_none(stores: 
     assert missing.value.current is None
 
 
-def test_list_open_is_oldest_first_and_filters_by_agent_and_tenant(stores: Stores) -> None:
+def test_list_open_is_one_tenants_oldest_first_and_filters_by_agent(stores: Stores) -> None:
     late = checkpoint(agent="customer-service", tenant="acme", created_at=T0 + 30)
     early = checkpoint(agent="customer-service", tenant="globex", created_at=T0 + 10)
     other = checkpoint(agent="billing", tenant="acme", created_at=T0 + 20)
-    for cp in (late, early, other):
+    default = checkpoint(agent="billing", tenant="", created_at=T0)
+    for cp in (late, early, other, default):
         stores.checkpoints.create(cp)
 
-    assert stores.checkpoints.list_open() == [early, other, late]
-    assert stores.checkpoints.list_open(agent="customer-service") == [early, late]
-    assert stores.checkpoints.list_open(tenant="acme") == [other, late]
-    assert stores.checkpoints.list_open(agent="customer-service", tenant="acme") == [late]
-    assert stores.checkpoints.list_open(agent="nobody") == []
+    assert stores.checkpoints.list_open("acme") == [other, late]
+    assert stores.checkpoints.list_open("globex") == [early]
+    assert stores.checkpoints.list_open("") == [default]
+    assert stores.checkpoints.list_open("acme", agent="customer-service") == [late]
+    assert stores.checkpoints.list_open("acme", agent="nobody") == []
+    assert stores.checkpoints.list_open("acm") == []  # no prefix match: a tenant is exact
 
 
 def test_closed_checkpoints_drop_out_of_the_open_list(stores: Stores) -> None:
@@ -149,7 +151,7 @@ def test_closed_checkpoints_drop_out_of_the_open_list(stores: Stores) -> None:
     stores.checkpoints.replace(transitions.answer(answered, question, "home", WHO, T0 + 4))
     stores.checkpoints.replace(transitions.deny(denied, denied_item, None, WHO, T0 + 5))
 
-    assert stores.checkpoints.list_open() == [still_open]
+    assert stores.checkpoints.list_open("acme") == [still_open]
 
 
 _text = st.text(st.characters(codec="utf-8"), max_size=20)

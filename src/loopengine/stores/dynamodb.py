@@ -7,7 +7,8 @@ Key schema (every key is a string; ``<t>`` is :func:`~loopengine.stores.dynamodb
 item             pk                 sk                            other attributes
 ===============  =================  ============================  ===============================
 checkpoint       ``CP#<id>``        ``CP``                        version, agent, tenant, body;
-                                                                  while open: gsi1pk ``OPEN``,
+                                                                  while open: gsi1pk
+                                                                  ``OPEN#<tenant>``,
                                                                   gsi1sk ``<t createdAt>#<id>``;
                                                                   once closed: ttl
 pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId
@@ -32,9 +33,9 @@ blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, 
 *body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
 :mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
 sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
-a checkpoint, a turn with nothing due or a delivered notification drops out of the index. All open
-checkpoints share the partition ``OPEN`` (ordered by creation time); ``list_open`` narrows by agent
-and tenant with a FilterExpression on the ``agent``/``tenant`` attributes. Due turns share the
+a checkpoint, a turn with nothing due or a delivered notification drops out of the index. A
+tenant's open checkpoints share the partition ``OPEN#<tenant>`` (ordered by creation time), so
+``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression. Due turns share the
 partition ``DUE`` and notifications ``OUTBOX``, ordered by due time; ``due_turns`` / ``due_outbox``
 read the keys below ``<t now>#~`` (no Scan).
 
@@ -159,19 +160,15 @@ class DynamoCheckpointStore(DynamoStore):
         self._compare_and_set(self._checkpoint_item(stored), cp.version, TurnCheckpoint.from_dict)
         return stored
 
-    def list_open(self, agent: str | None = None, tenant: str | None = None) -> list[TurnCheckpoint]:
-        """Open checkpoints, oldest first, from the sparse index (eventually consistent)."""
-        wanted = {name: value for name, value in (("agent", agent), ("tenant", tenant)) if value is not None}
+    def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
+        """Open checkpoints of ``tenant``, oldest first: its own index partition (eventually consistent)."""
         extra: dict[str, Any] = {}
-        if wanted:
-            extra = {
-                "FilterExpression": " AND ".join(f"#{name} = :{name}" for name in wanted),
-                "names": {f"#{name}": name for name in wanted},
-                "values": {f":{name}": s(value) for name, value in wanted.items()},
-            }
+        if agent is not None:
+            extra = {"FilterExpression": "#agent = :agent", "names": {"#agent": "agent"}}
+            extra["values"] = {":agent": s(agent)}
         found = [
             TurnCheckpoint.from_dict(self.table.decode(i))
-            for i in self.table.query("OPEN", index=True, **extra)
+            for i in self.table.query(f"OPEN#{tenant}", index=True, **extra)
         ]
         return [cp for cp in found if not cp.closed]
 
@@ -180,7 +177,8 @@ class DynamoCheckpointStore(DynamoStore):
 
 
 def _checkpoint_item(store: DynamoStore, cp: TurnCheckpoint) -> Item:
-    listed = {} if cp.closed else {"gsi1pk": s("OPEN"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
+    listed = {"gsi1pk": s(f"OPEN#{cp.tenant}"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
+    listed = {} if cp.closed else listed
     ttl = store._ttl() if cp.closed else {}
     attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
     return store._item(f"CP#{cp.id}", "CP", cp.to_dict(), {**attributes, **listed, **ttl})

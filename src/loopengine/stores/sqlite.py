@@ -252,14 +252,13 @@ class SqliteCheckpointStore(_SqliteStore):
         with self.db.write() as conn:
             return _replace_checkpoint(conn, cp)
 
-    def list_open(self, agent: str | None = None, tenant: str | None = None) -> list[TurnCheckpoint]:
-        """Checkpoints not yet closed, oldest first, optionally for one agent and/or tenant."""
-        sql = "SELECT body FROM checkpoints WHERE closed = 0"
-        params: list[str] = []
-        for column, value in (("agent", agent), ("tenant", tenant)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
+    def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
+        """Checkpoints of ``tenant`` not yet closed, oldest first, optionally for one agent."""
+        sql = "SELECT body FROM checkpoints WHERE closed = 0 AND tenant = ?"
+        params: list[str] = [tenant]
+        if agent is not None:
+            sql += " AND agent = ?"
+            params.append(agent)
         rows = self.db.bodies(sql + " ORDER BY created_at, rowid", params)
         return [TurnCheckpoint.from_dict(found) for found in rows]
 
