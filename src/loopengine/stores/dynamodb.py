@@ -35,9 +35,9 @@ blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, 
 sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
 a checkpoint, a turn with nothing due or a delivered notification drops out of the index. A
 tenant's open checkpoints share the partition ``OPEN#<tenant>`` (ordered by creation time), so
-``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression. Due turns share the
-partition ``DUE`` and notifications ``OUTBOX``, ordered by due time; ``due_turns`` / ``due_outbox``
-read the keys below ``<t now>#~`` (no Scan).
+``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression.
+Due turns share the partition ``DUE`` and notifications ``OUTBOX``, ordered by due time;
+``due_turns`` / ``due_outbox`` read the keys below ``<t now>#~`` (no Scan).
 
 Guarantees, and how:
 
