@@ -62,8 +62,8 @@ class Engine:
             raise InvalidInput(f"message is longer than {MAX_MESSAGE_CHARS} characters")
         rt = self.rt
         who = sender or Decider("system", "message", kind=OPERATOR)
-        tenant = _tenant_for(who, tenant)
         config = rt.agents.get(agent)
+        tenant = self._tenant_for(who, tenant, session_id)
         sid = session_id or new_id("ses_")
         active = self._active_turns(sid, config, tenant)
         if active and config.on_new_message == "queue":
@@ -71,6 +71,27 @@ class Engine:
         for earlier in active:
             self._make_way(config, earlier, who)
         return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds)
+
+    def _tenant_for(self, who: Decider, named: str | None, session_id: str | None) -> str:
+        """The tenant a message goes to.
+
+        The one named (403 outside the caller's scope), else the session's (an existing session
+        keeps its tenant), else the caller's own.
+        """
+        if named:
+            if not who.sees(named):
+                raise Forbidden(f"{who.id} may not act in tenant {named!r}")
+            return named
+        earlier = self.rt.stores.turns.session_turns(session_id) if session_id else []
+        if earlier:
+            if not who.sees(earlier[0].tenant):
+                raise NotFound(f"no session {session_id!r}")
+            return earlier[0].tenant
+        if who.tenants is None or "" in who.tenants:
+            return ""
+        if len(who.tenants) == 1:
+            return next(iter(who.tenants))
+        raise InvalidInput("tenant is required: you may act in several tenants")
 
     def _active_turns(self, sid: str, config: AgentConfig, tenant: str) -> list[TurnRecord]:
         turns = self.rt.stores.turns.session_turns(sid)
@@ -307,16 +328,3 @@ class Engine:
             pause.wait(step)
             waited += step
             step = min(step * 2, 0.25)
-
-
-def _tenant_for(who: Decider, named: str | None) -> str:
-    """The tenant a message goes to: the one named (403 outside the caller's scope), else theirs."""
-    if named is not None and named != "":
-        if not who.sees(named):
-            raise Forbidden(f"{who.id} may not act in tenant {named!r}")
-        return named
-    if who.tenants is None or "" in who.tenants:
-        return ""
-    if len(who.tenants) == 1:
-        return next(iter(who.tenants))
-    raise InvalidInput("tenant is required: you may act in several tenants")
