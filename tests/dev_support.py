@@ -40,6 +40,15 @@ def request(
             return err.code, json.loads(err.read())
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C stops it even when the test run was started with SIGINT ignored.
+
+    A background job (``cmd &`` in a script, nohup, some CI runners) inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt: :meth:`DevProcess.stop` would wait 10 s, then kill.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class DevProcess:
     """``loopengine dev --port N`` with ``env``; output appended to ``log`` (discarded if None)."""
 
@@ -66,7 +75,9 @@ class DevProcess:
     def _start_once(self) -> bool:
         command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port)]
         with open(self.log or os.devnull, "ab") as out:
-            self.proc = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_default_sigint
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
