@@ -11,8 +11,8 @@ BIN     := $(VENV)/bin
 RUNTIME := $(VENV)/.runtime
 STAMP   := $(VENV)/.installed
 PORT    ?= 8787
-# pytest-xdist workers; 3 measured fastest on 2 cores (many tests wait on subprocesses and sockets)
-JOBS    ?= 3
+# pytest-xdist workers, one per CPU: on 2 cores, 2 workers measured no slower than 3 or 4
+JOBS    ?= auto
 STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
 
 .PHONY: run test lint typecheck pytest bench dev clean requirements
