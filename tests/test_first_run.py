@@ -66,8 +66,9 @@ def _make_n(*args: str) -> str:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        [make, "-n", "-C", str(ROOT), *args], capture_output=True, text=True, check=True, env=os.environ
+        [make, "-n", "-C", str(ROOT), *args], capture_output=True, text=True, check=True, env=env
     )
     return done.stdout
 
