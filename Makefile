@@ -1,24 +1,44 @@
 # Two commands do everything on a fresh machine (Python 3.11 with pip and venv):
-#   make run   - the offline end-to-end demo (embedded SQLite store, scripted model)
-#   make test  - lint (ruff), format check, type check (mypy strict), the whole pytest suite
-PYTHON ?= python3
-VENV   ?= .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+#   make run   - the offline end-to-end demo (embedded SQLite store, scripted model); installs only the
+#                runtime dependencies into .venv
+#   make test  - lint (ruff), format check, type check (mypy strict), the whole pytest suite in parallel
+#                (pytest-xdist); adds the dev tools to .venv
+# Daily loop: make dev [PORT=8787] serves the HTTP API on the same SQLite store the demo writes
+# ($LOOPENGINE_DB, default .loopengine/loopengine.db).
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime
+STAMP   := $(VENV)/.installed
+PORT    ?= 8787
+# pytest-xdist workers, one per CPU: on 2 cores, 2 workers measured no slower than 3 or 4
+JOBS    ?= auto
+STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
 
 .PHONY: run test lint typecheck pytest bench dev clean requirements
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+# stamp 1: the package and its runtime dependencies, all that `make run` and `make dev` need
+$(RUNTIME): pyproject.toml
+	@echo "== installing loopengine and its runtime dependencies into $(VENV)"
+	@echo "   (boto3, aws-lambda-powertools, pydantic, anthropic, httpx, jsonschema, pyyaml: about 35"
+	@echo "   packages, 130 MB; under a minute the first time, seconds after that)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --progress-bar off -e .
+	touch $@
 
-run: $(STAMP)
-	LOOPENGINE_DB=$${LOOPENGINE_DB:-.loopengine/demo.db} $(BIN)/loopengine demo --fresh
+# stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
+$(STAMP): $(RUNTIME) pyproject.toml
+	@echo "== adding the dev tools to $(VENV)"
+	@echo "   (pytest + xdist, hypothesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 70"
+	@echo "   more packages, 400 MB; a minute or two the first time)"
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	touch $@
 
-dev: $(STAMP)
-	$(BIN)/loopengine dev
+run: $(RUNTIME)
+	LOOPENGINE_DB=$(STORE) $(BIN)/loopengine demo
+
+dev: $(RUNTIME)
+	LOOPENGINE_DB=$(STORE) $(BIN)/loopengine dev --port $(PORT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -29,12 +49,15 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	scripts/ensure_chromium.sh
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(JOBS)
 
 test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+requirements:
+	$(PYTHON) scripts/gen_requirements.py
 
 clean:
 	rm -rf $(VENV) .loopengine .mypy_cache .pytest_cache .ruff_cache

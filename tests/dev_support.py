@@ -41,6 +41,15 @@ def request(
             return err.code, json.loads(err.read())
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C stops it even when the test run was started with SIGINT ignored.
+
+    A background job (``cmd &`` in a script, nohup, some CI runners) inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt: :meth:`DevProcess.stop` would wait 10 s, then kill.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class DevProcess:
     """``loopengine dev --port N [args]`` with ``env``; output appended to ``log`` (discarded if None).
 
@@ -57,19 +66,39 @@ class DevProcess:
         return self.log.read_text() if self.log is not None else ""
 
     def start(self) -> None:
-        """Start the server and wait (up to 20 s) until /health answers."""
+        """Start the server and wait (up to 60 s: parallel tests load the machine) until /health answers.
+
+        Tests run in parallel (pytest-xdist), so the port picked by :func:`free_port` (or the one a
+        restart reuses) can be taken by another test in the meantime: when the server cannot listen
+        (exit code 2) it starts again on a fresh port, and ``self.port`` follows.
+        """
+        for _attempt in range(3):
+            if self._start_once():
+                return
+            self.port = free_port()
+        raise RuntimeError(f"loopengine dev could not listen on a free port: {self.log_text()}")
+
+    def _start_once(self) -> bool:
         command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port), *self.args]
         with open(self.log or os.devnull, "ab") as out:
             self.proc = subprocess.Popen(
-                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_default_sigint,
             )
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if self.proc.returncode == 2:
+                    self.proc = None
+                    return False
                 raise RuntimeError(f"loopengine dev exited: {self.log_text()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
-                    return
+                    return True
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError(f"loopengine dev did not come up: {self.log_text()}")

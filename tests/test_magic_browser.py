@@ -4,7 +4,8 @@ The server runs as a user runs it (a subprocess on 127.0.0.1); the link is issue
 server's secret. The browser loads the confirm page, a human-like edit changes the refund amount,
 Approve is clicked, and the API then shows that the refund ran with the edit and the turn went on
 to pause on the confirmation email. Needs Debian's ``chromium`` and ``chromium-driver``
-(``scripts/ensure_chromium.sh`` installs them); without them the test is skipped, saying why.
+(``scripts/ensure_chromium.sh`` installs them when allowed: root, apt-get and
+``LOOPENGINE_INSTALL_BROWSER=1``); without them the test is skipped, saying why.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ pytestmark = [
     pytest.mark.skipif(
         not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
         reason=(
-            f"browser test skipped: {CHROMIUM} or {CHROMEDRIVER} is missing "
-            "(install Debian's chromium and chromium-driver, e.g. scripts/ensure_chromium.sh)"
+            f"browser test skipped: {CHROMIUM} or {CHROMEDRIVER} is missing; as root on Debian, "
+            "LOOPENGINE_INSTALL_BROWSER=1 make test installs chromium and chromium-driver "
+            "(scripts/ensure_chromium.sh; .ci/run does this)"
         ),
     ),
 ]

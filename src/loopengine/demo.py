@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from loopengine import views
-from loopengine.bootstrap import build_runtime
+from loopengine.bootstrap import DEFAULT_DB, build_runtime
 from loopengine.clock import SystemClock
 from loopengine.engine import Engine
 from loopengine.invokers import InlineInvoker
@@ -82,13 +83,20 @@ def run_demo(db_path: str, fresh: bool = True, out: TextIO = sys.stdout) -> int:
     stores.close()
     ok = all(checks)
     t.title("done" if ok else "FAILED")
-    t.detail(
-        "every pause, decision and outcome above is in the store; "
-        "`loopengine dev` serves the same turns over HTTP"
-        if ok
-        else "a check did not hold; see above"
-    )
+    if ok:
+        t.detail(f"every pause, decision and outcome above is in the store {path}; to serve it over HTTP:")
+        t.detail(f"  {serve_command(path)}")
+        t.detail("  curl -s localhost:8787/turns/<a turnId above>")
+    else:
+        t.detail("a check did not hold; see above")
     return 0 if ok else 1
+
+
+def serve_command(path: Path) -> str:
+    """The exact command that serves the store at ``path`` (``make dev`` alone serves the default one)."""
+    if path.resolve() == Path(DEFAULT_DB).resolve():
+        return "make dev"
+    return f"LOOPENGINE_DB={shlex.quote(str(path))} make dev"
 
 
 def _webhook(rx: WebhookReceiver, event: str, t: Transcript) -> ReceivedWebhook:
