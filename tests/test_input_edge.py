@@ -194,7 +194,14 @@ BAD_CLIENT_IDS = [
     7,
     ["list"],
 ]
-GOOD_CLIENT_IDS = ["cust-1", "user@example.com", "org:team.1", "A", "x" * 128, new_id("ses_")]
+GOOD_CLIENT_IDS = [
+    "cust-1",
+    "user@example.com",
+    "org:team.1",
+    "A",
+    "x" * 128,
+    "ses_" + "0123456789abcdef" * 2,
+]
 
 
 @pytest.mark.parametrize("field", ["sessionId", "tenant"])
