@@ -8,6 +8,11 @@ payload carries a stable ``eventId`` so a receiver can drop the duplicates.
 
     pending --send ok--> delivered
     pending --send failed--> pending (attempts + 1, due later) ... --> failed (gave up)
+    pending --its item was decided first (sweep)--> dropped
+
+A live message (``"live": true``) writes a pause's notifications due at the end of the agent's
+``live_wait`` instead: the writer leaves them to the sweep, which drops those whose item was
+decided inline meanwhile.
 """
 
 from __future__ import annotations
@@ -86,6 +91,11 @@ def new_record(
 def delivered(record: OutboxRecord) -> OutboxRecord:
     """The receiver took it."""
     return replace(record, attempts=record.attempts + 1, state="delivered", due_at=None, last_error=None)
+
+
+def dropped(record: OutboxRecord) -> OutboxRecord:
+    """Not sent: the item it announces was decided before it went out."""
+    return replace(record, state="dropped", due_at=None, last_error=None)
 
 
 def attempt_failed(record: OutboxRecord, now: float, error: str) -> OutboxRecord:
