@@ -203,7 +203,7 @@ def test_messages_route_refuses_a_live_that_is_not_a_boolean(install_harness: Bu
 
 @pytest.fixture
 def live(tmp_path: Path) -> Harness:
-    config = _agent(Calls(), live_wait=30.0)
+    config = _agent(Calls(), live_wait=45.0)  # longer than the outbox's first retry (30 s)
     built = make_harness(tmp_path / "live.db", config, model=ScriptedModel.from_list(SCRIPT))
     yield built
     built.rt.stores.close()
@@ -213,14 +213,14 @@ def test_a_live_pause_decided_inline_within_the_window_is_never_notified(live: H
     out = live.engine.send_message("shop", "refund me", live=True)
     assert out.status.value == "paused"
     offered = live.engine.events(out.turn_id)[0][-1]
-    assert offered["liveUntil"] == offered["at"] + 30
+    assert offered["liveUntil"] == offered["at"] + 45
     assert live.notifier.events("approval") == []  # not sent with the pause
-    live.clock.advance(10)
+    live.clock.advance(40)
     live.engine.sweep()
     assert live.notifier.events("approval") == []  # not due yet
     pending_id = _pending(live, out.turn_id)
     live.engine.resolve(pending_id, "approve", Principal("ann", "live"))
-    live.clock.advance(25)  # the first window closes; the chained pause has a window of its own
+    live.clock.advance(10)  # the first window closes; the chained pause has a window of its own
     live.engine.sweep()
     assert pending_id not in [p["pendingId"] for p in live.notifier.events("approval")]
     dropped = [e for e in live.engine.audit(out.turn_id) if e["type"] == "notification_dropped"]
@@ -229,7 +229,7 @@ def test_a_live_pause_decided_inline_within_the_window_is_never_notified(live: H
 
 def test_a_live_pause_nobody_decides_is_notified_when_the_window_closes(live: Harness) -> None:
     out = live.engine.send_message("shop", "refund me", live=True)
-    live.clock.advance(29)
+    live.clock.advance(44)
     live.engine.sweep()
     assert live.notifier.events("approval") == []
     live.clock.advance(2)
