@@ -20,9 +20,9 @@ from loopengine.errors import NotFound
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.principals import Principal
 from loopengine.registry import AgentRegistry
+from tests.agent_folders import AGENT_YAML, write_agent
 from tests.handler_support import call as call_handler
 from tests.handler_support import load_event, with_auth, with_body
-from tests.agent_folders import AGENT_YAML, write_agent
 from tests.harness import Build, Calls, Harness, agent, make_harness
 
 RULES = {"rules": [{"tool": "peek", "decision": "allow"}], "default_decision": "ask"}

@@ -48,15 +48,16 @@ def hold(records: tuple[OutboxRecord, ...], until: float | None) -> tuple[Outbox
     """
     if until is None:
         return records
-    return tuple(replace(r, due_at=until) for r in records)
+    return tuple(replace(r, due_at=until, held=True) for r in records)
 
 
 def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = False) -> None:
     """Try to send each record once; store its new state (delivered, due again, or given up).
 
-    With ``drop_decided`` (the sweep), an ``approval`` / ``question`` notification whose item is
-    no longer open (decided inline during the live window, or since a failed attempt) is not
-    sent: it is stored as ``dropped`` and recorded (``notification_dropped``).
+    With ``drop_decided`` (the sweep), a held ``approval`` / ``question`` notification (see
+    :func:`hold`) whose item is no longer open (decided inline during the live window) is not
+    sent: it is stored as ``dropped`` and recorded (``notification_dropped``). Every other
+    notification is sent at least once, whatever happened to its item since.
     """
     for record in records:
         now = rt.stores.clock.now()
@@ -103,7 +104,7 @@ def deliver_due(rt: Runtime, limit: int = 100) -> int:
 def _decided(rt: Runtime, record: OutboxRecord) -> bool:
     """Whether ``record`` announces a pending item that is no longer open."""
     pending_id = record.payload.get("pendingId")
-    if record.event not in ("approval", "question") or not isinstance(pending_id, str):
+    if not record.held or record.event not in ("approval", "question") or not isinstance(pending_id, str):
         return False
     try:
         cp = rt.stores.checkpoints.find_by_pending(pending_id)
