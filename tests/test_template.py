@@ -35,6 +35,7 @@ DESIGN_ROUTES = {
     "POST /pending-questions/{pendingId}/answer",
     "GET /pending-approvals",
     "GET /turns/{turnId}",
+    "GET /turns/{turnId}/events",
     "POST /turns/{turnId}/cancel",
     "GET /sessions/{sessionId}",
     "GET /magic/{token}",

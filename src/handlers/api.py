@@ -25,6 +25,7 @@ app.include_router(magic_router)
 app.include_router(slack_router)
 API_BUDGET_SECONDS = 25.0  # API Gateway cuts requests at 30 s; LOOPENGINE_API_BUDGET_SECONDS lowers it
 MAX_WAIT_SECONDS = 25.0
+MAX_SEQ = 1e12
 
 
 @app.get("/health")
@@ -38,6 +39,9 @@ def post_message(agent: str) -> Response[str]:
     body = web.json_body(app.current_event)
     _client_id(body, "sessionId", ids.is_session_id)
     _client_id(body, "tenant", ids.is_tenant)
+    live = body.get("live", False)
+    if not isinstance(live, bool):
+        raise web.HttpError(400, "invalid_input", "live must be true or false")
     out = root.engine().send_message(
         agent,
         body.get("message"),
@@ -46,6 +50,7 @@ def post_message(agent: str) -> Response[str]:
         budget_seconds=_budget(),
         sender=sender,
         remaining_seconds=_remaining(),
+        live=live,
     )
     logger.set_correlation_id(out.turn_id)
     return web.reply(*views.turn_outcome(out))
@@ -95,6 +100,18 @@ def get_turn(turn_id: str) -> Response[str]:
     engine = root.engine()
     turn = engine.turn(turn_id, who)
     return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), engine.audit(turn_id, who)))
+
+
+@app.get("/turns/<turn_id>/events")
+def turn_events(turn_id: str) -> Response[str]:
+    who = auth.current(app)
+    web.path_id(turn_id, ids.is_turn_id, "turn")
+    after = web.query_float(app.current_event, "after", 0, MAX_SEQ)
+    wait = web.query_float(app.current_event, "wait", 0, MAX_WAIT_SECONDS)
+    if after is not None and not after.is_integer():
+        raise web.HttpError(400, "bad_query", "after must be a whole number (an event's seq)")
+    found = root.engine().events(turn_id, int(after or 0), wait or 0.0, who)
+    return web.reply(200, views.turn_events(*found))
 
 
 @app.post("/turns/<turn_id>/cancel")

@@ -13,6 +13,9 @@ principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first 
 - with none configured, a local server started with anonymous access (``loopengine dev``) lets
   calls through as an anonymous operator.
 
+A request may name the channel it decides through in ``X-Loopengine-Channel`` (only ``live``, the
+inline decisions of ``loopengine chat``); the audit trail records it with each decision.
+
 Passwords are compared in constant time, and every configured user is compared, so the time taken
 does not say which user names exist.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import hmac
 import json
@@ -40,6 +44,9 @@ PUBLIC_EXACT = ("/health",)
 PUBLIC_PREFIXES = ("/magic/", "/integrations/")
 PUBLIC = (*PUBLIC_EXACT, *(p + "*" for p in PUBLIC_PREFIXES))
 """Routes that take no Basic or JWT credentials (each checks its own signature or token)."""
+CHANNEL_HEADER = "x-loopengine-channel"
+CHANNELS = ("live",)
+"""Channels a caller may name for its decisions (the principal's own channel otherwise)."""
 
 
 def is_public(path: str) -> bool:
@@ -50,9 +57,24 @@ def is_public(path: str) -> bool:
 def middleware(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[str]:
     """Resolve the caller's principal before any non-public route runs (401 without one)."""
     if not is_public(app.current_event.path):
-        app.append_context(principal=principal(app.current_event))  # type: ignore[no-untyped-call]
+        found = with_channel(principal(app.current_event), app.current_event)
+        app.append_context(principal=found)  # type: ignore[no-untyped-call]
     response: Response[str] = next_middleware(app)
     return response
+
+
+def with_channel(who: Principal, event: APIGatewayProxyEventV2) -> Principal:
+    """``who`` deciding through the channel its request names in ``X-Loopengine-Channel``.
+
+    Only :data:`CHANNELS` may be named (400 otherwise); the channel is what the audit trail
+    records with each decision (``live``: decided inline in ``loopengine chat``).
+    """
+    named = (event.headers or {}).get(CHANNEL_HEADER)
+    if named is None:
+        return who
+    if named not in CHANNELS:
+        raise HttpError(400, "invalid_input", f"{CHANNEL_HEADER} must be one of: {', '.join(CHANNELS)}")
+    return dataclasses.replace(who, channel=named)
 
 
 def current(app: APIGatewayHttpResolver) -> Principal:

@@ -43,7 +43,36 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
     )
+    chat = sub.add_parser("chat", help="talk to an agent in the terminal; decide its pending items inline")
+    chat.add_argument("agent", help="the agent's route name, e.g. customer-service")
+    chat.add_argument("--url", default="http://127.0.0.1:8787", help="API base URL (default: loopengine dev)")
+    chat.add_argument("--user", default=None, help="Basic auth user (or LOOPENGINE_CHAT_AUTH=user:password)")
+    chat.add_argument("--password", default=None, help="Basic auth password (with --user)")
+    chat.add_argument("--session", default=None, help="continue this sessionId")
+    chat.add_argument(
+        "--live-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="leave a pending item to the other channels after this long without an answer "
+        "(default: the agent's live_wait, else wait until Ctrl-C)",
+    )
     return parser
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from loopengine.chat import main as chat
+
+    if args.live_wait is not None and (not math.isfinite(args.live_wait) or args.live_wait <= 0):
+        print("loopengine chat: --live-wait must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if (args.user is None) != (args.password is None):
+        print("loopengine chat: --user and --password go together", file=sys.stderr)
+        return 2
+    auth, hint = os.environ.get("LOOPENGINE_CHAT_AUTH") or None, '"$LOOPENGINE_CHAT_AUTH"'
+    if args.user is not None:
+        auth, hint = f"{args.user}:{args.password}", args.user
+    return chat(args.agent, args.url, auth, args.session, args.live_wait, hint if auth else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("loopengine dev: --sweep-interval must be 0 (off) or more", file=sys.stderr)
                 return 2
             return serve(args.port, args.workers, args.sweep_interval)
+        if args.command == "chat":
+            return _chat(args)
         if args.command == "agents":
             from loopengine.agents_cli import list_agents
 

@@ -8,6 +8,7 @@ the turn.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from loopengine import faults, outbox
@@ -40,10 +41,37 @@ def announce(
     return (record,)
 
 
-def deliver(rt: Runtime, records: Iterable[OutboxRecord]) -> None:
-    """Try to send each record once; store its new state (delivered, due again, or given up)."""
+def hold(records: tuple[OutboxRecord, ...], until: float | None) -> tuple[OutboxRecord, ...]:
+    """``records`` due at ``until`` (the live window's end): the writer does not send them, the sweep does.
+
+    ``None`` leaves them as they are (sent right after the write).
+    """
+    if until is None:
+        return records
+    return tuple(replace(r, due_at=until, held=True) for r in records)
+
+
+def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = False) -> None:
+    """Try to send each record once; store its new state (delivered, due again, or given up).
+
+    With ``drop_decided`` (the sweep), a held ``approval`` / ``question`` notification (see
+    :func:`hold`) whose item is no longer open (decided inline during the live window) is not
+    sent: it is stored as ``dropped`` and recorded (``notification_dropped``). Every other
+    notification is sent at least once, whatever happened to its item since.
+    """
     for record in records:
         now = rt.stores.clock.now()
+        if drop_decided and _decided(rt, record):
+            _store(rt, outbox.dropped(record))
+            rt.event(
+                record.turn_id,
+                "notification_dropped",
+                notification=record.event,
+                eventId=record.event_id,
+                pendingId=record.payload.get("pendingId"),
+                reason="the item was decided before the notification went out",
+            )
+            continue
         try:
             config = rt.config_by_hash(record.agent, record.config_hash)
             notifier = rt.notifier_for(config)
@@ -69,8 +97,20 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord]) -> None:
 def deliver_due(rt: Runtime, limit: int = 100) -> int:
     """The sweep's part: send every notification that is due; returns how many were tried."""
     due = rt.stores.turns.due_outbox(rt.stores.clock.now(), limit)
-    deliver(rt, due)
+    deliver(rt, due, drop_decided=True)
     return len(due)
+
+
+def _decided(rt: Runtime, record: OutboxRecord) -> bool:
+    """Whether ``record`` announces a pending item that is no longer open."""
+    pending_id = record.payload.get("pendingId")
+    if not record.held or record.event not in ("approval", "question") or not isinstance(pending_id, str):
+        return False
+    try:
+        cp = rt.stores.checkpoints.find_by_pending(pending_id)
+    except Exception:  # cannot tell: send it (at least once)
+        return False
+    return cp is None or cp.closed or pending_id not in cp.outstanding
 
 
 def _store(rt: Runtime, record: OutboxRecord) -> None:

@@ -24,6 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from loopengine import dev_stream
+
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 LISTEN_BACKLOG = 1024
@@ -114,6 +116,8 @@ def make_server(
         protocol_version = "HTTP/1.1"
 
         def _serve(self) -> None:
+            if dev_stream.wants_stream(self.command, self.path, self.headers.get("accept")):
+                return self._stream()  # Server-Sent Events: a separate path (dev_stream)
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
             event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
@@ -134,6 +138,12 @@ def make_server(
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self) -> None:
+            ip, headers = self.client_address[0], dict(self.headers)
+            dev_stream.serve(
+                self, lambda target: handler(to_event("GET", target, headers, b"", ip), LocalContext())
+            )
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 

@@ -6,11 +6,13 @@ values and return domain results; :mod:`loopengine.views` turns those into the J
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from loopengine import delivery, lifecycle, resolution, views
+from loopengine import delivery, lifecycle, resolution, turn_events, views
 from loopengine.agent import AgentConfig
 from loopengine.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
 from loopengine.ids import new_id
@@ -33,6 +35,7 @@ class Engine:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
+        self.sleep: Callable[[float], object] = threading.Event().wait  # long-poll pauses (real time)
 
     def send_message(
         self,
@@ -44,8 +47,12 @@ class Engine:
         budget_seconds: float | None = None,
         sender: Decider | None = None,
         remaining_seconds: float | None = None,
+        live: bool = False,
     ) -> TurnOutcome:
         """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget.
+
+        ``live``: the sender is attached (``loopengine chat``): a pause's notifications wait the
+        agent's ``live_wait`` for an inline decision before they go to the other channels.
 
         A session whose turn is parked follows the agent's ``on_new_message`` policy: ``supersede``
         abandons the wait (its items become ``unknown``, the old turn ends ``superseded``),
@@ -66,11 +73,13 @@ class Engine:
         tenant = self._tenant_for(who, tenant, session_id)
         sid = session_id or new_id("ses_")
         active = self._active_turns(sid, config, tenant)
+        if not isinstance(live, bool):
+            raise InvalidInput("live must be true or false")
         if active and config.on_new_message == "queue":
-            return self._queue(config, sid, tenant, trigger, message)
+            return self._queue(config, sid, tenant, trigger, message, live)
         for earlier in active:
             self._make_way(config, earlier, who)
-        return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds)
+        return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live)
 
     def _tenant_for(self, who: Decider, named: str | None, session_id: str | None) -> str:
         """The tenant a message goes to.
@@ -132,7 +141,14 @@ class Engine:
         )
 
     def _new_turn(
-        self, config: AgentConfig, sid: str, tenant: str, trigger: str, start_seq: int, runner: str | None
+        self,
+        config: AgentConfig,
+        sid: str,
+        tenant: str,
+        trigger: str,
+        start_seq: int,
+        runner: str | None,
+        live: bool = False,
     ) -> TurnRecord:
         rt = self.rt
         config_hash = config.config_hash()
@@ -152,10 +168,13 @@ class Engine:
             runner=runner,
             status=TurnStatus.RUNNING if runner else TurnStatus.QUEUED,
             code_version=rt.code_version,
+            live=live,
         )
 
-    def _queue(self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str) -> TurnOutcome:
-        turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None), queued_message=message)
+    def _queue(
+        self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str, live: bool
+    ) -> TurnOutcome:
+        turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None, live), queued_message=message)
         event = self.rt.stamp("queued", trigger=trigger)
         self.rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,)))
         lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
@@ -170,12 +189,13 @@ class Engine:
         message: str,
         budget_seconds: float | None,
         remaining_seconds: float | None,
+        live: bool = False,
     ) -> TurnOutcome:
         """Create the turn and append its message in one write, then run it (this request is its worker)."""
         rt = self.rt
         history = rt.stores.sessions.load(sid)
         runner = new_id("run_")
-        turn = self._new_turn(config, sid, tenant, trigger, len(history), runner)
+        turn = self._new_turn(config, sid, tenant, trigger, len(history), runner, live)
         payload = {"turnId": turn.turn_id, "sessionId": sid, "agent": config.name}
         notes = delivery.announce(
             rt, config, turn, "run_start", {**payload, "tenant": tenant, "trigger": trigger}
@@ -276,6 +296,23 @@ class Engine:
         """The turn's audit trail, oldest first (NotFound if the turn is unknown)."""
         self.turn(turn_id, who)
         return self.rt.stores.turns.events(turn_id)
+
+    def events(
+        self, turn_id: str, after: int = 0, wait: float = 0.0, who: Decider | None = None
+    ) -> tuple[list[JsonDict], int, bool]:
+        """The turn's events after ``after`` (long-polled up to ``wait`` seconds; see ``turn_events``).
+
+        Returns the events (each with its ``seq``), the ``next`` cursor, and whether the turn had
+        finished before they were read (then its ``finished`` event is among the events up to
+        ``next``: a client may stop). NotFound for an unknown turn or one of a tenant ``who``
+        cannot see.
+        """
+        turn = self.turn(turn_id, who)  # read before the events: finished here means all are there
+        read = functools.partial(self.rt.stores.turns.events, turn_id)
+        finished = turn.status is TurnStatus.FINISHED
+        wait = 0.0 if finished else min(wait, turn_events.MAX_WAIT_SECONDS)  # nothing more to wait for
+        found, cursor = turn_events.poll(read, after, wait, self.sleep)
+        return found, cursor, finished
 
     def open_items(
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None

@@ -37,6 +37,7 @@ from loopengine.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.ports import Append, Change, ModelRequest, ModelResponse
 from loopengine.runtime import Runtime
 from loopengine.tools import args_hash
+from loopengine.turn_events import pending_events
 from loopengine.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
@@ -161,7 +162,10 @@ def _record_response(
     rt = worker.rt
     message = Message("assistant", response.content)
     event = rt.stamp(
-        "model_response", stopReason=response.stop_reason, toolUses=[u.name for u in message.tool_uses]
+        "model_response",
+        stopReason=response.stop_reason,
+        toolUses=[u.name for u in message.tool_uses],
+        text=message.text,
     )
     add = Append(turn.session_id, (message,), len(history))
 
@@ -331,16 +335,19 @@ def _park(
         if all(p.kind == "question" for p in pending)
         else StopReason.PENDING_APPROVAL
     )
+    live_until = cp.created_at + config.live_wait if turn.live and config.live_wait else None
     event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
+    offered = tuple({**rt.stamp(name), **data} for name, data in pending_events(pending, live_until))
     notes = tuple(
         r for p in pending for r in delivery.announce(rt, config, turn, *pending_notification(rt, turn, p))
     )
+    notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         paused = ts.pause(t, worker.runner, cp.id, stop, cp.next_expiry)
         if paused is None:
             return None
-        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event,), outbox=notes)
+        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event, *offered), outbox=notes)
 
     try:
         done = rt.transition(turn.turn_id, decide, turn=turn)
@@ -349,7 +356,8 @@ def _park(
     if done is None:  # a stop came first (nobody is asked), or the turn is no longer ours
         return None
     faults.point("paused")
-    delivery.deliver(rt, notes)
+    if live_until is None:
+        delivery.deliver(rt, notes)
     assert done.turn is not None
     return outcome_of(done.turn, pending)
 
@@ -402,7 +410,7 @@ def finish(
         "trigger": turn.trigger,
     }
     notes = delivery.announce(rt, config, turn, "run_finish", payload)
-    event = rt.stamp("finished", stopReason=stop.value)
+    event = rt.stamp("finished", stopReason=stop.value, text=text)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         done = ts.finish(t, worker.runner, stop, text)

@@ -8,6 +8,11 @@ payload carries a stable ``eventId`` so a receiver can drop the duplicates.
 
     pending --send ok--> delivered
     pending --send failed--> pending (attempts + 1, due later) ... --> failed (gave up)
+    pending (held) --its item was decided in the live window--> dropped
+
+A live message (``"live": true``) writes a pause's notifications due at the end of the agent's
+``live_wait`` instead: the writer leaves them to the sweep, which drops those whose item was
+decided inline meanwhile (only held records are dropped: any other stays at least once).
 """
 
 from __future__ import annotations
@@ -25,7 +30,11 @@ MAX_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class OutboxRecord:
-    """One notification to deliver (``due_at`` None once delivered or given up)."""
+    """One notification to deliver (``due_at`` None once delivered, dropped or given up).
+
+    ``held``: written due at the end of a live window (not sent by the writer); the sweep drops it
+    if its item was decided meanwhile.
+    """
 
     event_id: str
     turn_id: str
@@ -38,6 +47,7 @@ class OutboxRecord:
     state: str = "pending"
     due_at: float | None = None
     last_error: str | None = None
+    held: bool = False
 
     def to_dict(self) -> JsonDict:
         """Stored (camelCase) form."""
@@ -53,6 +63,7 @@ class OutboxRecord:
             "state": self.state,
             "dueAt": self.due_at,
             "lastError": self.last_error,
+            **({"held": True} if self.held else {}),
         }
 
     @staticmethod
@@ -70,6 +81,7 @@ class OutboxRecord:
             state=d.get("state", "pending"),
             due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
             last_error=d.get("lastError"),
+            held=bool(d.get("held", False)),
         )
 
 
@@ -86,6 +98,11 @@ def new_record(
 def delivered(record: OutboxRecord) -> OutboxRecord:
     """The receiver took it."""
     return replace(record, attempts=record.attempts + 1, state="delivered", due_at=None, last_error=None)
+
+
+def dropped(record: OutboxRecord) -> OutboxRecord:
+    """Not sent: the item it announces was decided before it went out."""
+    return replace(record, state="dropped", due_at=None, last_error=None)
 
 
 def attempt_failed(record: OutboxRecord, now: float, error: str) -> OutboxRecord:

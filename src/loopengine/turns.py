@@ -56,7 +56,8 @@ class TurnRecord:
     invocation holding the lease; ``due_at`` is when the sweep must look at the turn if nothing
     else moved it (lease end, retry time, the grace of an unclaimed hand-off, the first pending
     item's expiry), ``None`` when nothing is due; ``model_failures`` counts transient model errors
-    in a row.
+    in a row. ``live``: the message came on the live channel (``"live": true``), so a pause's
+    notifications wait the agent's ``live_wait`` for an inline decision first.
     """
 
     turn_id: str
@@ -81,6 +82,7 @@ class TurnRecord:
     runner: str | None = None
     due_at: float | None = None
     model_failures: int = 0
+    live: bool = False
     version: int = 0
 
     def to_dict(self) -> JsonDict:
@@ -108,6 +110,7 @@ class TurnRecord:
             "runner": self.runner,
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
+            **({"live": True} if self.live else {}),
             "version": self.version,
         }
 
@@ -137,6 +140,7 @@ class TurnRecord:
             runner=d.get("runner"),
             due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
             model_failures=int(d.get("modelFailures", 0)),
+            live=bool(d.get("live", False)),
             version=int(d.get("version", 0)),
         )
 

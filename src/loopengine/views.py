@@ -107,3 +107,8 @@ def cancelled(turn: TurnRecord) -> tuple[int, JsonDict]:
 def session_view(session_id: str, messages: list[Message]) -> JsonDict:
     """Body of ``GET /sessions/{sessionId}``."""
     return {"sessionId": session_id, "messages": [m.to_dict() for m in messages]}
+
+
+def turn_events(events: list[JsonDict], cursor: int, finished: bool) -> JsonDict:
+    """Body of ``GET /turns/{turnId}/events``: the events, the ``next`` cursor, whether it finished."""
+    return {"events": events, "next": cursor, "finished": finished}
