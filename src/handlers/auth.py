@@ -13,7 +13,8 @@ principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first 
 - with none configured, a local server started with anonymous access (``loopengine dev``) lets
   calls through as an anonymous operator.
 
-Passwords are compared in constant time, and every configured user is compared, so the time taken
+Credentials are read per request through :func:`handlers.secrets.environ` (in AWS from Secrets
+Manager, cached). Passwords are compared in constant time, and every configured user is compared, so the time taken
 does not say which user names exist.
 """
 
@@ -24,7 +25,6 @@ import binascii
 import functools
 import hmac
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +32,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
+from handlers import secrets
 from handlers.web import HttpError
 from loopengine.errors import ConfigError
 from loopengine.principals import OPERATOR, Principal
@@ -65,7 +66,7 @@ def current(app: APIGatewayHttpResolver) -> Principal:
 
 def principal(event: APIGatewayProxyEventV2, env: Mapping[str, str] | None = None) -> Principal:
     """The principal of one request; 401 when it carries none that is valid."""
-    env = os.environ if env is None else env
+    env = secrets.environ() if env is None else env
     claims = _jwt_claims(event)
     if claims.get("sub"):
         return _from_claims(claims, env)

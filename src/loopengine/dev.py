@@ -10,10 +10,12 @@ runs the sweep (what the schedule Lambda does in AWS) every ``--sweep-interval``
 from __future__ import annotations
 
 import base64
+import io
 import json
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,10 +26,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from loopengine import dev_guard as guard
+
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 LISTEN_BACKLOG = 1024
 """Pending connections the kernel queues for accept() (socketserver's default of 5 reset bursts)."""
+MAX_BODY_BYTES = 256 * 1024
+"""The API's body limit (``handlers.web.MAX_BODY_BYTES``): larger is 413 before a byte is read."""
+READ_TIMEOUT = 10.0
+"""Seconds a client has to send a whole request (``--read-timeout``)."""
 
 
 @dataclass
@@ -103,24 +111,71 @@ def _is_utf8(data: bytes) -> bool:
 
 class _Server(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One line, no traceback (a client that went away is not the server's failure)."""
+        sys.stderr.write(f"  connection error: {type(sys.exc_info()[1]).__name__}\n")
 
 
 def make_server(
-    port: int, handler: Handler, host: str = "127.0.0.1", quiet: bool = False
+    port: int,
+    handler: Handler,
+    host: str = "127.0.0.1",
+    quiet: bool = False,
+    read_timeout: float = READ_TIMEOUT,
 ) -> ThreadingHTTPServer:
-    """A threading HTTP server that forwards every request to ``handler`` (see :class:`Environments`)."""
+    """A threading HTTP server that forwards every request to ``handler`` (see :class:`Environments`).
+
+    Requests pass :mod:`loopengine.dev_guard` first (Host, content type, size, read deadline).
+    """
+    allowed = guard.allowed_hosts(host)
 
     class Forward(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        reader: guard.DeadlineReader
+
+        def setup(self) -> None:
+            super().setup()
+            self.reader = guard.DeadlineReader(self.connection, read_timeout)
+            self.rfile = io.BufferedReader(self.reader)
+
+        def handle_one_request(self) -> None:
+            self.reader.restart()  # request line, headers and body within read_timeout
+            super().handle_one_request()
 
         def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
+            refusal = guard.check_host(self.headers.get("host"), allowed)
+            length = 0
+            if refusal is None:
+                length, refusal = guard.check_length(
+                    self.headers.get_all("content-length") or [],
+                    self.headers.get("transfer-encoding"),
+                    MAX_BODY_BYTES,
+                )
+            if refusal is None:
+                refusal = guard.check_content_type(self.command, self.path, self.headers.get("content-type"))
+            if refusal is not None:
+                self._refuse(refusal)
+                return
+            try:
+                body = self.rfile.read(length) if length else b""
+            except TimeoutError:
+                self._refuse(guard.Refusal(408, "request_timeout", "the request body did not arrive in time"))
+                return
+            finally:
+                self.connection.settimeout(read_timeout)  # for writing the answer
+            if len(body) < length:  # the client went away mid-body
+                self.close_connection = True
+                return
+            self._forward(body)
+
+        def _forward(self, body: bytes) -> None:
             event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
             try:
                 result = handler(event, LocalContext())
             except Exception as exc:  # the handler maps errors itself; this is a last resort
-                sys.stderr.write(f"  handler failed: {type(exc).__name__}: {exc}\n")
+                sys.stderr.write(f"  handler failed: {type(exc).__name__}\n")
                 msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
                 result = {"statusCode": 500, "headers": {"content-type": "application/json"}, "body": msg}
             payload = result.get("body") or ""
@@ -135,13 +190,33 @@ def make_server(
             self.end_headers()
             self.wfile.write(data)
 
+        def _refuse(self, refusal: guard.Refusal) -> None:
+            """Answer without calling the handler; the unread body (if any) ends the connection."""
+            data = json.dumps({"error": refusal.code, "message": refusal.message}).encode()
+            self.close_connection = True
+            self.send_response(refusal.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
 
-        def log_message(self, format: str, *args: Any) -> None:
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             if not quiet:
-                sys.stderr.write(f"  {self.command} {self.path} -> {args[1] if len(args) > 1 else ''}\n")
+                method = self.command or "-"
+                sys.stderr.write(f"  {method} {guard.safe_path(getattr(self, 'path', '') or '')} -> {code}\n")
 
-    return _Server((host, port), Forward)
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # errors' arguments may hold the raw request line (a token): only log_request prints
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("_BoundServer", (_Server,), {"address_family": family})
+    server: ThreadingHTTPServer = server_class((host, port), Forward)
+    return server
 
 
 def _ignore_interrupts() -> None:
@@ -244,8 +319,18 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return notes
 
 
-def serve(port: int, workers: int = 4, sweep_interval: float = 10.0) -> int:
-    """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never)."""
+def serve(
+    port: int,
+    workers: int = 4,
+    sweep_interval: float = 10.0,
+    host: str = "127.0.0.1",
+    read_timeout: float = READ_TIMEOUT,
+) -> int:
+    """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never).
+
+    Listens on ``host`` and answers requests whose Host header is loopback or ``host``; a client
+    has ``read_timeout`` seconds to send each whole request.
+    """
     from loopengine.bootstrap import timings
 
     timings(os.environ)  # a malformed setting fails here, once, not in every environment
@@ -257,13 +342,17 @@ def serve(port: int, workers: int = 4, sweep_interval: float = 10.0) -> int:
     )
     environments = Environments(workers)
     try:
-        server = make_server(port, environments)
+        server = make_server(port, environments, host=host, read_timeout=read_timeout)
     except OSError as exc:
         environments.close()
-        print(f"loopengine dev: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        print(f"loopengine dev: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     sweeping = f"sweep every {sweep_interval:g}s" if sweep_interval > 0 else "no sweep"
-    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store}, {workers} environments, {sweeping})")
+    shown = f"[{host}]" if ":" in host else host
+    print(f"loopengine dev: http://{shown}:{port}  (store: {store}, {workers} environments, {sweeping})")
+    if host not in guard.LOOPBACK_HOSTS:
+        names = ", ".join(sorted(guard.allowed_hosts(host) - guard.LOOPBACK_HOSTS))
+        notes.append(f"listening beyond loopback: Host {names} is answered too; anyone who can reach it can call")
     for note in notes:
         print(f"  note: {note}")
     print(json.dumps({"try": f"curl -s localhost:{port}/health"}), flush=True)
