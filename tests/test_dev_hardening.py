@@ -148,9 +148,17 @@ def test_the_host_it_listens_on_is_answered_too(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content_type",
-    [None, "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data"],
+    [
+        None,
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ],
 )
-def test_a_post_that_is_not_json_is_415_and_starts_nothing(server: DevProcess, content_type: str | None) -> None:
+def test_a_post_that_is_not_json_is_415_and_starts_nothing(
+    server: DevProcess, content_type: str | None
+) -> None:
     before = open_items(server.port)
     headers = {} if content_type is None else {"Content-Type": content_type}
     status, _, body = post(server.port, MESSAGES, json.dumps(MESSAGE).encode(), headers)
@@ -223,9 +231,14 @@ def test_a_chunked_upload_is_411(server: DevProcess) -> None:
     before = open_items(server.port)
     chunk = json.dumps(MESSAGE).encode()
     raw = (
-        f"POST {MESSAGES} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n"
-    ).encode() + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n0\r\n\r\n"
+        (
+            f"POST {MESSAGES} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n"
+        ).encode()
+        + f"{len(chunk):x}\r\n".encode()
+        + chunk
+        + b"\r\n0\r\n\r\n"
+    )
     status, _, body = parse(exchange(server.port, raw))
     assert (status, body["error"]) == (411, "length_required"), body
     assert open_items(server.port) == before
@@ -307,10 +320,18 @@ def test_the_dev_log_never_shows_a_token_a_password_or_a_query(tmp_path: Path) -
         status, paused = request(srv.port, "POST", MESSAGES, {**MESSAGE, "tenant": "acme"}, auth=ops)
         assert status == 202, paused
         pending_id = paused["pendingItems"][0]["pendingId"]
-        token = issue_token(MAGIC_SECRET, pending_id, "reviewer@example.com", time.time() + 3600)  # noqa: TID251
+        token = issue_token(MAGIC_SECRET, pending_id, "reviewer@example.com", time.time() + 3600)
         query_secret = "qs-Secret-4471"
-        assert request(srv.port, "GET", f"/pending-approvals?tenant=acme&token={query_secret}", auth=ops)[0] == 200
-        assert request(srv.port, "GET", "/pending-approvals", auth="Basic " + base64.b64encode(b"ops:wrong").decode())[0] == 401
+        assert (
+            request(srv.port, "GET", f"/pending-approvals?tenant=acme&token={query_secret}", auth=ops)[0]
+            == 200
+        )
+        assert (
+            request(
+                srv.port, "GET", "/pending-approvals", auth="Basic " + base64.b64encode(b"ops:wrong").decode()
+            )[0]
+            == 401
+        )
         for method, body in (("GET", b""), ("POST", b"decision=deny&comment=no")):
             head = (
                 f"{method} /magic/{token} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"

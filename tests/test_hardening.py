@@ -126,7 +126,9 @@ def slack_click(value: str, team: str | None) -> dict[str, Any]:
 
 
 def test_the_click_carries_its_workspace() -> None:
-    body = urlencode({"payload": json.dumps(json.loads(parse_qs(load_event("slack_interaction")["body"])["payload"][0]))})
+    body = urlencode(
+        {"payload": json.dumps(json.loads(parse_qs(load_event("slack_interaction")["body"])["payload"][0]))}
+    )
     assert parse_interaction(body.encode()).team_id == "T00000000"
 
 
@@ -146,7 +148,9 @@ def test_a_click_from_another_workspace_is_403_and_decides_nothing(
     assert cp is not None and pending in cp.outstanding and not cp.decisions
 
 
-def test_a_click_from_the_configured_workspace_decides(engine: Engine, slack_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_click_from_the_configured_workspace_decides(
+    engine: Engine, slack_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(slack_handler.TEAM_ENV, "T0SECOND,T00000000")
     _, paused = http(api.handler, load_event("post_message"))
     pending = paused["pendingItems"][0]["pendingId"]
@@ -154,7 +158,9 @@ def test_a_click_from_the_configured_workspace_decides(engine: Engine, slack_env
     assert status == 200 and body["text"].startswith("Denied"), body
 
 
-def test_without_a_configured_workspace_any_signed_click_decides(engine: Engine, slack_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_configured_workspace_any_signed_click_decides(
+    engine: Engine, slack_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(slack_handler.TEAM_ENV, raising=False)
     _, paused = http(api.handler, load_event("post_message"))
     pending = paused["pendingItems"][0]["pendingId"]

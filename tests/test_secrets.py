@@ -57,7 +57,9 @@ def test_the_arn_variable_convention() -> None:
     assert secrets.arn_variable("LOOPENGINE_ADMIN_AUTH") == "LOOPENGINE_ADMIN_AUTH_SECRET_ARN"
     assert secrets.arn_variable("ANTHROPIC_API_KEY") == "ANTHROPIC_API_KEY_SECRET_ARN"
     assert secrets.arn_variable("LOOPENGINE_MAGIC_LINK_SECRET") == "LOOPENGINE_MAGIC_LINK_SECRET_ARN"
-    assert secrets.arn_variable("LOOPENGINE_DEFAULT_WEBHOOK_SECRET") == "LOOPENGINE_DEFAULT_WEBHOOK_SECRET_ARN"
+    assert (
+        secrets.arn_variable("LOOPENGINE_DEFAULT_WEBHOOK_SECRET") == "LOOPENGINE_DEFAULT_WEBHOOK_SECRET_ARN"
+    )
 
 
 def test_secrets_come_from_secrets_manager_and_win_over_plain_values(sm: Any) -> None:
@@ -143,7 +145,9 @@ def test_the_api_reads_credentials_and_the_magic_key_from_secrets_manager(
     assert http(api.handler, with_auth(load_event("list_pending"), "admin", "first-password"))[0] == 401
 
 
-def test_a_missing_credentials_secret_is_a_clean_error(sm: Any, install_root: InstallRoot, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_credentials_secret_is_a_clean_error(
+    sm: Any, install_root: InstallRoot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     install_root(lambda _engine: RecordingInvoker(), LOOPENGINE_ADMIN_AUTH_SECRET_ARN="le/nope")
     monkeypatch.delenv("LOOPENGINE_ADMIN_AUTH")
     status, body = http(api.handler, with_auth(load_event("list_pending"), "admin", "secret"))

@@ -14,8 +14,8 @@ principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first 
   calls through as an anonymous operator.
 
 Credentials are read per request through :func:`handlers.secrets.environ` (in AWS from Secrets
-Manager, cached). Passwords are compared in constant time, and every configured user is compared, so the time taken
-does not say which user names exist.
+Manager, cached). Passwords are compared in constant time, and every configured user is compared,
+so the time taken does not say which user names exist.
 """
 
 from __future__ import annotations

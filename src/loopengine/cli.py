@@ -20,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
         "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
     )
     demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
-    dev = sub.add_parser("dev", help="serve the HTTP API locally (127.0.0.1 by default; same handlers as AWS)")
+    dev = sub.add_parser(
+        "dev", help="serve the HTTP API locally (127.0.0.1 by default; same handlers as AWS)"
+    )
     dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
     dev.add_argument(
         "--host",

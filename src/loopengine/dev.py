@@ -352,7 +352,9 @@ def serve(
     print(f"loopengine dev: http://{shown}:{port}  (store: {store}, {workers} environments, {sweeping})")
     if host not in guard.LOOPBACK_HOSTS:
         names = ", ".join(sorted(guard.allowed_hosts(host) - guard.LOOPBACK_HOSTS))
-        notes.append(f"listening beyond loopback: Host {names} is answered too; anyone who can reach it can call")
+        notes.append(
+            f"listening beyond loopback: Host {names} is answered too; anyone who can reach it can call"
+        )
     for note in notes:
         print(f"  note: {note}")
     print(json.dumps({"try": f"curl -s localhost:{port}/health"}), flush=True)
