@@ -57,9 +57,14 @@ class DevProcess:
     """
 
     def __init__(
-        self, env: dict[str, str], port: int, log: Path | None = None, args: tuple[str, ...] = ()
+        self,
+        env: dict[str, str],
+        port: int,
+        log: Path | None = None,
+        args: tuple[str, ...] = (),
+        host: str = "127.0.0.1",
     ) -> None:
-        self.env, self.port, self.log, self.args = env, port, log, args
+        self.env, self.port, self.log, self.args, self.host = env, port, log, args, host
         self.proc: subprocess.Popen[bytes] | None = None
 
     def log_text(self) -> str:
@@ -80,6 +85,8 @@ class DevProcess:
 
     def _start_once(self) -> bool:
         command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port), *self.args]
+        if self.host != "127.0.0.1":
+            command += ["--host", self.host]
         with open(self.log or os.devnull, "ab") as out:
             self.proc = subprocess.Popen(
                 command,
@@ -97,7 +104,7 @@ class DevProcess:
                     return False
                 raise RuntimeError(f"loopengine dev exited: {self.log_text()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1):
+                with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=1):
                     return True
             except OSError:
                 time.sleep(0.1)

@@ -123,7 +123,7 @@ def test_a_burst_of_simultaneous_connections_is_answered_on_every_one(server: De
         start.wait()
         try:
             with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
                 got = sock.makefile("rb").readline().decode().strip()
         except OSError as exc:  # reset, refused, or never served
             got = f"{type(exc).__name__}: {exc}"

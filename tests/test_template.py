@@ -22,6 +22,8 @@ from samtranslator.translator.managed_policy_translator import ManagedPolicyLoad
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
+from handlers import secrets
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 EVENTS = ROOT / "events"
@@ -57,6 +59,14 @@ SECRET_ENV = {
     "LOOPENGINE_ADMIN_AUTH": "AdminAuthSecretName",
     "LOOPENGINE_SLACK_SIGNING_SECRET": "SlackSigningSecretName",
     "LOOPENGINE_MAGIC_LINK_SECRET": "MagicLinkSecretName",
+}
+# Which secrets each function reads: every function runs turns and notifies (model key, webhook
+# secret, magic-link key for emailed links); only the api checks credentials and Slack clicks.
+RUNS_TURNS = {"ANTHROPIC_API_KEY", "LOOPENGINE_DEFAULT_WEBHOOK_SECRET", "LOOPENGINE_MAGIC_LINK_SECRET"}
+FUNCTION_SECRETS = {
+    "ApiFunction": RUNS_TURNS | {"LOOPENGINE_ADMIN_AUTH", "LOOPENGINE_SLACK_SIGNING_SECRET"},
+    "ResumeFunction": RUNS_TURNS,
+    "ScheduleFunction": RUNS_TURNS,
 }
 
 
@@ -165,21 +175,81 @@ def test_callers_invoke_the_published_resume_version(transformed: dict[str, Any]
     }
 
 
-def test_secrets_come_from_secrets_manager_dynamic_references(
+def test_no_secret_value_reaches_a_function_environment(
     sam_template: dict[str, Any], transformed: dict[str, Any]
 ) -> None:
-    for fn in _resources(transformed, "AWS::Lambda::Function").values():
+    # read at runtime (handlers/secrets.py), never resolved into the environment at deploy time
+    assert "{{resolve:" not in TEMPLATE.read_text()
+    for name, fn in _resources(transformed, "AWS::Lambda::Function").items():
         env = fn["Properties"]["Environment"]["Variables"]
-        for name, parameter in SECRET_ENV.items():
-            condition, secret, unset = env[name]["Fn::If"]
-            assert secret["Fn::Sub"] == "{{resolve:secretsmanager:${" + parameter + "}}}", name
-            assert unset == {"Ref": "AWS::NoValue"}, name
-            # set only when the parameter names a secret (an empty name leaves the variable unset)
-            assert sam_template["Conditions"][condition] == {
-                "Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]
-            }, name
-            declared = sam_template["Parameters"][parameter]
-            assert (declared["Type"], declared["Default"]) == ("String", ""), parameter
+        assert not set(env) & set(SECRET_ENV), name
+    for parameter in SECRET_ENV.values():
+        declared = sam_template["Parameters"][parameter]
+        assert (declared["Type"], declared["Default"]) == ("String", ""), parameter
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_SECRETS))
+def test_each_function_is_told_where_exactly_its_secrets_are(
+    function: str, sam_template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    env = transformed["Resources"][function]["Properties"]["Environment"]["Variables"]
+    given = {k for k in env if k.endswith(secrets.ARN_SUFFIX)}
+    wanted = FUNCTION_SECRETS[function]
+    assert given == {secrets.arn_variable(name) for name in wanted}, function
+    for name in wanted:
+        parameter = SECRET_ENV[name]
+        condition, value, unset = env[secrets.arn_variable(name)]["Fn::If"]
+        assert (value, unset) == ({"Ref": parameter}, {"Ref": "AWS::NoValue"}), name
+        assert sam_template["Conditions"][condition] == {
+            "Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]
+        }, name
+
+
+def _secret_grants(transformed: dict[str, Any], function: str) -> dict[str, str]:
+    """Secret parameter -> the condition its GetSecretValue grant is under, for one function's role."""
+    role = transformed["Resources"][f"{function}Role"]["Properties"]
+    grants: dict[str, str] = {}
+    for policy in role["Policies"]:
+        condition = policy["Fn::If"][0] if "Fn::If" in policy else ""
+        if "Fn::If" in policy:
+            assert policy["Fn::If"][2] == {"Ref": "AWS::NoValue"}
+            policy = policy["Fn::If"][1]
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if not any(str(a).lower().startswith("secretsmanager:") for a in actions):
+                assert "secretsmanager" not in json.dumps(statement), statement
+                continue
+            assert actions == ["secretsmanager:GetSecretValue"], statement
+            assert statement["Effect"] == "Allow"
+            resource = statement["Resource"]["Fn::Sub"]
+            match = re.fullmatch(
+                r"arn:\$\{AWS::Partition\}:secretsmanager:\$\{AWS::Region\}:\$\{AWS::AccountId\}"
+                r":secret:\$\{(\w+)\}-\?\?\?\?\?\?",
+                resource,
+            )
+            assert match, resource  # one named secret (plus its 6-character suffix), no wildcard
+            assert match.group(1) not in grants, "granted twice"
+            grants[match.group(1)] = condition
+    return grants
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_SECRETS))
+def test_each_function_may_read_exactly_its_secrets(
+    function: str, sam_template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    grants = _secret_grants(transformed, function)
+    assert set(grants) == {SECRET_ENV[name] for name in FUNCTION_SECRETS[function]}, function
+    for parameter, condition in grants.items():
+        # granted only when the parameter names a secret
+        assert sam_template["Conditions"][condition] == {
+            "Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, ""]}]
+        }, parameter
+
+
+def test_the_api_alone_holds_the_credentials_and_the_slack_secret() -> None:
+    only_api = {"LOOPENGINE_ADMIN_AUTH", "LOOPENGINE_SLACK_SIGNING_SECRET"}
+    assert only_api <= FUNCTION_SECRETS["ApiFunction"]
+    assert not only_api & (FUNCTION_SECRETS["ResumeFunction"] | FUNCTION_SECRETS["ScheduleFunction"])
 
 
 # --------------------------------------------------------------- (c) requirements are current

@@ -16,8 +16,9 @@ principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first 
 A request may name the channel it decides through in ``X-Loopengine-Channel`` (only ``live``, the
 inline decisions of ``loopengine chat``); the audit trail records it with each decision.
 
-Passwords are compared in constant time, and every configured user is compared, so the time taken
-does not say which user names exist.
+Credentials are read per request through :func:`handlers.secrets.environ` (in AWS from Secrets
+Manager, cached). Passwords are compared in constant time, and every configured user is compared,
+so the time taken does not say which user names exist.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import dataclasses
 import functools
 import hmac
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +36,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
+from handlers import secrets
 from handlers.web import HttpError
 from loopengine.errors import ConfigError
 from loopengine.principals import OPERATOR, Principal
@@ -87,7 +88,7 @@ def current(app: APIGatewayHttpResolver) -> Principal:
 
 def principal(event: APIGatewayProxyEventV2, env: Mapping[str, str] | None = None) -> Principal:
     """The principal of one request; 401 when it carries none that is valid."""
-    env = os.environ if env is None else env
+    env = secrets.environ() if env is None else env
     claims = _jwt_claims(event)
     if claims.get("sub"):
         return _from_claims(claims, env)

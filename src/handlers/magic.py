@@ -13,7 +13,6 @@ error handlers never see them; bad input is never a 500.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, web
+from handlers import root, secrets, web
 from handlers.observability import logger
 from loopengine import errors
 from loopengine import magic_form as forms
@@ -118,7 +117,7 @@ class _Context:
 
 
 def _context(token: str) -> _Context:
-    secret = os.environ.get(SECRET_ENV, "")
+    secret = secrets.environ().get(SECRET_ENV, "")
     if not secret:
         raise _Stop(_message(404, pages.DISABLED))
     engine = root.engine()

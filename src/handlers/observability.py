@@ -7,6 +7,7 @@ NotificationFailures, ToolCalls. They are flushed as CloudWatch EMF at the end o
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -15,6 +16,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 logger = Logger(service="loopengine")
 metrics = Metrics(namespace="loopengine", service="loopengine")
 tracer = Tracer(service="loopengine")
+
+# The event handler's DEBUG lines print each route's arguments, and a magic link's argument is
+# its token (a bearer credential). With Lambda's log level (or POWERTOOLS_DEBUG) at DEBUG they
+# would land in CloudWatch, so that logger never goes below INFO.
+logging.getLogger("aws_lambda_powertools.event_handler").setLevel(logging.INFO)
 
 EVENT_METRICS = {
     "started": "TurnsStarted",

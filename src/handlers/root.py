@@ -1,14 +1,17 @@
 """The composition root: read the environment once per cold start and build the engine.
 
+The environment is :func:`handlers.secrets.environ`: secrets named by ``..._SECRET_ARN`` variables
+are read from Secrets Manager when first needed (and re-read after their cache age).
+
 Every handler gets its Engine from :func:`engine`. Tests and ``loopengine dev`` install their own
 with :func:`install` (for example one whose invoker records or runs resumes in-process).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
+from handlers import secrets
 from loopengine.bootstrap import build_runtime
 from loopengine.engine import Engine
 from loopengine.invokers import ThreadInvoker
@@ -44,7 +47,7 @@ def engine() -> Engine:
     """The process-wide Engine, built on first use."""
     global _engine
     if _engine is None:
-        _engine = build(os.environ)
+        _engine = build(secrets.environ())
     return _engine
 
 

@@ -11,7 +11,10 @@ The route is not behind the API's credentials; Slack's request signature is its 
    never logged);
 4. the HMAC must match, else 401, and nothing is decided;
 5. the payload must be one click on a loopengine button (``loopengine.slack``), else 400 JSON;
-6. the click resolves the item as ``Decider(<Slack user id>, "slack")``.
+6. with ``LOOPENGINE_SLACK_TEAM_ID`` set (comma-separated workspace ids), the click's ``team.id``
+   must be one of them, else 403 and nothing is decided (one Slack app, and so one signing
+   secret, can be installed in several workspaces);
+7. the click resolves the item as ``Decider(<Slack user id>, "slack")``.
 
 Answers to Slack: everything Slack should show is a 200, because Slack turns any other status into
 an error for the clicker. A decision, a late click and the reason an item is no longer open
@@ -32,13 +35,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, web
+from handlers import root, secrets, web
 from handlers.observability import logger
 from loopengine import slack
 from loopengine.engine import Engine
@@ -62,23 +64,27 @@ NOT_AN_APPROVER = "You are not among the approvers"
 REPLY_TIMEOUT = 2.0
 """Seconds per phase (connect, write, read) for the POST to ``response_url``; Slack waits 3 s."""
 
-_secret: str | None = None
-_secret_read = False
+TEAM_ENV = "LOOPENGINE_SLACK_TEAM_ID"
+"""Comma-separated Slack workspace (team) ids whose clicks are accepted; unset accepts any."""
 
 
 def signing_secret() -> str | None:
-    """The Slack signing secret from the environment, read once per process (None when unset)."""
-    global _secret, _secret_read
-    if not _secret_read:
-        _secret = os.environ.get(SECRET_ENV) or None
-        _secret_read = True
-    return _secret
+    """The Slack signing secret (None when unset): the environment, or Secrets Manager in AWS.
+
+    Read per request through :func:`handlers.secrets.environ`, whose cache makes that cheap and
+    lets a rotated secret take effect without a redeploy. Never logged.
+    """
+    return secrets.environ().get(SECRET_ENV) or None
+
+
+def allowed_teams() -> frozenset[str]:
+    """The workspace ids of ``LOOPENGINE_SLACK_TEAM_ID`` (empty: any workspace)."""
+    raw = secrets.environ().get(TEAM_ENV) or ""
+    return frozenset(t.strip() for t in raw.split(",") if t.strip())
 
 
 def reset() -> None:
-    """Forget the cached secret, so the next request reads the environment again (tests)."""
-    global _secret, _secret_read
-    _secret, _secret_read = None, False
+    """Kept for callers that reset state between tests: nothing is cached here any more."""
 
 
 @router.post("/integrations/slack/interactions")
@@ -104,6 +110,11 @@ def interactions() -> Response[str]:
         action = slack.parse_interaction(body)
     except InvalidInput as exc:
         raise web.HttpError(400, "invalid_input", str(exc)) from None
+    teams = allowed_teams()
+    if teams and action.team_id not in teams:
+        # the same app (and signing secret) may be installed in several workspaces
+        logger.warning("refused a Slack click from another workspace")
+        raise web.HttpError(403, "forbidden", "this Slack workspace may not decide here")
     logger.set_correlation_id(action.pending_id)
     try:
         who = Decider(action.user_id, CHANNEL, kind="slack", pending_id=action.pending_id)

@@ -46,9 +46,18 @@ class HttpError(Exception):
         self.status, self.code = status, code
 
 
+JSON_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+"""On every JSON answer: never sniffed into HTML, never cached (bodies carry private data)."""
+
+
 def reply(status: int, body: Any) -> Response[str]:
-    """A JSON response."""
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+    """A JSON response (with :data:`JSON_HEADERS`)."""
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps(body),
+        headers=dict(JSON_HEADERS),
+    )
 
 
 def error_reply(exc: Exception) -> Response[str]:

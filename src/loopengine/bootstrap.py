@@ -64,7 +64,9 @@ class ModelChooser:
         choice = env.get("LOOPENGINE_MODEL", "")
         self.offline = choice == "scripted" or not env.get("ANTHROPIC_API_KEY")
         self._registry = registry
+        self._env = env
         self._anthropic: ModelClient | None = None
+        self._key: str | None = None
 
     def __call__(self, config: AgentConfig) -> ModelClient:
         """The model client for one agent."""
@@ -78,10 +80,14 @@ class ModelChooser:
                     "set ANTHROPIC_API_KEY to use Anthropic"
                 )
             return ScriptedModel(script)
-        if self._anthropic is None:
-            from loopengine.models.anthropic import AnthropicModel
+        key = self._env.get("ANTHROPIC_API_KEY") or None  # may come from a secret store, so passed on
+        if self._anthropic is None or key != self._key:  # a rotated key gets a new client
+            import anthropic
 
-            self._anthropic = AnthropicModel()
+            from loopengine.models.anthropic import DEFAULT_MAX_RETRIES, AnthropicModel
+
+            client = anthropic.Anthropic(api_key=key, max_retries=DEFAULT_MAX_RETRIES)
+            self._anthropic, self._key = AnthropicModel(client), key
         return self._anthropic
 
 

@@ -20,8 +20,23 @@ def _parser() -> argparse.ArgumentParser:
         "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
     )
     demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
-    dev = sub.add_parser("dev", help="serve the HTTP API locally on 127.0.0.1 (same handlers as AWS)")
+    dev = sub.add_parser(
+        "dev", help="serve the HTTP API locally (127.0.0.1 by default; same handlers as AWS)"
+    )
     dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    dev.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address or name to listen on (default 127.0.0.1); requests must name it or a loopback "
+        "name in their Host header",
+    )
+    dev.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds a client has to send a whole request (default 10)",
+    )
     dev.add_argument(
         "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
     )
@@ -93,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             if not math.isfinite(args.sweep_interval) or args.sweep_interval < 0:
                 print("loopengine dev: --sweep-interval must be 0 (off) or more", file=sys.stderr)
                 return 2
-            return serve(args.port, args.workers, args.sweep_interval)
+            if not math.isfinite(args.read_timeout) or args.read_timeout <= 0:
+                print("loopengine dev: --read-timeout must be more than 0", file=sys.stderr)
+                return 2
+            return serve(args.port, args.workers, args.sweep_interval, args.host, args.read_timeout)
         if args.command == "chat":
             return _chat(args)
         if args.command == "agents":

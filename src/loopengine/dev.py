@@ -4,154 +4,28 @@ Each request becomes an API Gateway HTTP API (payload 2.0) event and goes throug
 ``handlers.api.handler`` a deployment runs; resumes run in-process on background threads. The store
 is SQLite (``LOOPENGINE_DB``) unless ``LOOPENGINE_TABLE`` names a DynamoDB table. Parked turns live
 in the store, so stopping and starting the server loses nothing. A background :class:`Sweeper`
-runs the sweep (what the schedule Lambda does in AWS) every ``--sweep-interval`` seconds.
+runs the sweep (what the schedule Lambda does in AWS) every ``--sweep-interval`` seconds. The HTTP
+side, and what it refuses before a handler runs, is :mod:`loopengine.dev_http` / ``dev_guard``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import multiprocessing
 import os
 import signal
 import sys
 import threading
-import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
-from loopengine import dev_stream
-
-Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
-TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
-LISTEN_BACKLOG = 1024
-"""Pending connections the kernel queues for accept() (socketserver's default of 5 reset bursts)."""
-
-
-@dataclass
-class LocalContext:
-    """The parts of a Lambda context the handlers read."""
-
-    function_name: str = "loopengine-dev-api"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = "arn:aws:lambda:local:000000000000:function:loopengine-dev-api"
-    log_group_name: str = "/loopengine/dev"
-    log_stream_name: str = "local"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    timeout_seconds: float = 29.0
-    started: float = field(default_factory=time.monotonic)
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left of the (simulated) 29 s API budget."""
-        return int(max(0.0, self.timeout_seconds - (time.monotonic() - self.started)) * 1000)
-
-
-def to_event(
-    method: str, target: str, headers: dict[str, str], body: bytes, source_ip: str
-) -> dict[str, Any]:
-    """An API Gateway HTTP API v2 event for one request.
-
-    Nothing is silently repaired: a text body that is not valid UTF-8 travels base64-encoded (as
-    API Gateway sends binary), and a query string's invalid UTF-8 arrives as lone surrogates, so
-    the handler sees the bad input and refuses it.
-    """
-    parts = urlsplit(target)
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ctype = lowered.get("content-type", "application/json")
-    is_text = not body or (any(ctype.startswith(t) for t in TEXT_TYPES) and _is_utf8(body))
-    query = dict(parse_qsl(parts.query, keep_blank_values=True, errors="surrogateescape"))
-    now = time.time()  # noqa: TID251 - the event's timestamp, like API Gateway stamps it
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": parts.path,
-        "rawQueryString": parts.query,
-        "headers": lowered,
-        "queryStringParameters": query or None,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": lowered.get("host", "127.0.0.1"),
-            "http": {
-                "method": method,
-                "path": parts.path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": source_ip,
-                "userAgent": lowered.get("user-agent", ""),
-            },
-            "requestId": str(uuid.uuid4()),
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
-            "timeEpoch": int(now * 1000),
-        },
-        "body": (body.decode("utf-8") if is_text else base64.b64encode(body).decode()) or None,
-        "isBase64Encoded": not is_text,
-    }
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = LISTEN_BACKLOG
-
-
-def make_server(
-    port: int, handler: Handler, host: str = "127.0.0.1", quiet: bool = False
-) -> ThreadingHTTPServer:
-    """A threading HTTP server that forwards every request to ``handler`` (see :class:`Environments`)."""
-
-    class Forward(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _serve(self) -> None:
-            if dev_stream.wants_stream(self.command, self.path, self.headers.get("accept")):
-                return self._stream()  # Server-Sent Events: a separate path (dev_stream)
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
-            event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
-            try:
-                result = handler(event, LocalContext())
-            except Exception as exc:  # the handler maps errors itself; this is a last resort
-                sys.stderr.write(f"  handler failed: {type(exc).__name__}: {exc}\n")
-                msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
-                result = {"statusCode": 500, "headers": {"content-type": "application/json"}, "body": msg}
-            payload = result.get("body") or ""
-            data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
-            status = int(result.get("statusCode", 200))
-            self.send_response(status)
-            for name, value in (result.get("headers") or {}).items():
-                self.send_header(name, value)
-            for cookie in result.get("cookies") or []:
-                self.send_header("Set-Cookie", cookie)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self) -> None:
-            ip, headers = self.client_address[0], dict(self.headers)
-            dev_stream.serve(
-                self, lambda target: handler(to_event("GET", target, headers, b"", ip), LocalContext())
-            )
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            if not quiet:
-                sys.stderr.write(f"  {self.command} {self.path} -> {args[1] if len(args) > 1 else ''}\n")
-
-    return _Server((host, port), Forward)
+from loopengine import dev_guard as guard
+from loopengine.dev_http import LISTEN_BACKLOG as LISTEN_BACKLOG
+from loopengine.dev_http import MAX_BODY_BYTES as MAX_BODY_BYTES
+from loopengine.dev_http import READ_TIMEOUT as READ_TIMEOUT
+from loopengine.dev_http import Handler as Handler
+from loopengine.dev_http import LocalContext as LocalContext
+from loopengine.dev_http import make_server as make_server
+from loopengine.dev_http import to_event as to_event
 
 
 def _ignore_interrupts() -> None:
@@ -254,8 +128,18 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return notes
 
 
-def serve(port: int, workers: int = 4, sweep_interval: float = 10.0) -> int:
-    """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never)."""
+def serve(
+    port: int,
+    workers: int = 4,
+    sweep_interval: float = 10.0,
+    host: str = "127.0.0.1",
+    read_timeout: float = READ_TIMEOUT,
+) -> int:
+    """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never).
+
+    Listens on ``host`` and answers requests whose Host header is loopback or ``host``; a client
+    has ``read_timeout`` seconds to send each whole request.
+    """
     from loopengine.bootstrap import timings
 
     timings(os.environ)  # a malformed setting fails here, once, not in every environment
@@ -267,13 +151,19 @@ def serve(port: int, workers: int = 4, sweep_interval: float = 10.0) -> int:
     )
     environments = Environments(workers)
     try:
-        server = make_server(port, environments)
+        server = make_server(port, environments, host=host, read_timeout=read_timeout)
     except OSError as exc:
         environments.close()
-        print(f"loopengine dev: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        print(f"loopengine dev: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     sweeping = f"sweep every {sweep_interval:g}s" if sweep_interval > 0 else "no sweep"
-    print(f"loopengine dev: http://127.0.0.1:{port}  (store: {store}, {workers} environments, {sweeping})")
+    shown = f"[{host}]" if ":" in host else host
+    print(f"loopengine dev: http://{shown}:{port}  (store: {store}, {workers} environments, {sweeping})")
+    if host not in guard.LOOPBACK_HOSTS:
+        names = ", ".join(sorted(guard.allowed_hosts(host) - guard.LOOPBACK_HOSTS))
+        notes.append(
+            f"listening beyond loopback: Host {names} is answered too; anyone who can reach it can call"
+        )
     for note in notes:
         print(f"  note: {note}")
     print(json.dumps({"try": f"curl -s localhost:{port}/health"}), flush=True)

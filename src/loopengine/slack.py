@@ -143,6 +143,8 @@ class SlackAction:
     user_id: str
     user_name: str | None
     response_url: str | None
+    team_id: str | None = None
+    """The workspace the click came from (the payload's ``team.id``)."""
 
 
 def button_value(decision: Decision, pending_id: str) -> str:
@@ -201,12 +203,15 @@ def parse_interaction(body: bytes) -> SlackAction:
         raise InvalidInput("the Slack payload has no actions")
     decision, pending_id = parse_button_value(actions[0].get("value"))
     response_url = payload.get("response_url")
+    team = payload.get("team")
+    team_id = team.get("id") if isinstance(team, dict) else None
     return SlackAction(
         decision=decision,
         pending_id=pending_id,
         user_id=user["id"],
         user_name=name if isinstance(name, str) else None,
         response_url=response_url if isinstance(response_url, str) and response_url else None,
+        team_id=team_id if isinstance(team_id, str) and team_id else None,
     )
 
 

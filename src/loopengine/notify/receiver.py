@@ -112,7 +112,9 @@ class WebhookReceiver:
         clock: Clock | None = None,
         tolerance: int = DEFAULT_TOLERANCE,
     ) -> None:
-        """Verify with ``secret``; ``clock`` defaults to the system clock."""
+        """Verify with ``secret`` (``ValueError`` when empty); ``clock`` defaults to the system clock."""
+        if not secret:
+            raise ValueError("WebhookReceiver needs a non-empty secret: an empty one accepts forgeries")
         self._secret = secret
         self._clock = clock
         self._tolerance = tolerance

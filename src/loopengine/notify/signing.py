@@ -82,13 +82,25 @@ def signature_header(event: str) -> str:
         raise ValueError(f"unknown webhook event {event!r} (expected one of {known})") from None
 
 
+def _require_secret(secret: str) -> None:
+    if not isinstance(secret, str) or not secret:
+        raise ValueError(
+            "the webhook secret must not be empty: an empty key makes every signature forgeable "
+            "(set LOOPENGINE_DEFAULT_WEBHOOK_SECRET or the notifier's secret_env)"
+        )
+
+
 def _mac(secret: str, body: bytes, timestamp: int) -> str:
+    _require_secret(secret)
     message = str(timestamp).encode("ascii") + b"." + body
     return hmac.new(secret.encode("utf-8"), message, hashlib.sha256).hexdigest()
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
-    """Return the signature header value ``t=<timestamp>,v1=<hex HMAC-SHA256>`` for ``body``."""
+    """Return the signature header value ``t=<timestamp>,v1=<hex HMAC-SHA256>`` for ``body``.
+
+    Raises ``ValueError`` for an empty secret.
+    """
     return f"t={timestamp},{SCHEME}={_mac(secret, body, timestamp)}"
 
 
@@ -136,8 +148,10 @@ def verify_webhook(
     system clock. Returns ``None`` when the webhook is authentic and fresh; otherwise raises
     :class:`WebhookVerificationError` with a ``reason``. The signature is checked before the
     timestamp, so ``STALE_TIMESTAMP`` is only ever reported for an authentic (replayed) request.
-    Comparisons are constant time.
+    Comparisons are constant time. An empty ``secret`` raises ``ValueError`` (a configuration
+    error, not a rejected request), whatever the request carries.
     """
+    _require_secret(secret)
     if tolerance < 0:
         raise ValueError("tolerance must not be negative")
     if not header_value:
