@@ -104,6 +104,8 @@ def problems(mounted: list[Mounted]) -> list[str]:
 
 def route_table(mounted: list[Mounted]) -> str:
     """The table ``sam local start-api`` would print, with the function behind each route."""
+    if not mounted:
+        return "(none: SAM CLI would say the template has no APIs connected to Lambda functions)"
     width = max(len(m.route) for m in mounted)
     rows = [f"{m.route:<{width}}  ->  {m.function} ({m.handler})" for m in mounted]
     return "\n".join(rows)
@@ -117,6 +119,10 @@ def test_sam_local_start_api_mounts_every_design_route_on_the_api_function() -> 
     print(f"\nsam local start-api mounts {len(mounted)} routes:\n{route_table(mounted)}")
     assert problems(mounted) == []
     assert {m.handler for m in mounted} == {"handlers.api.handler"}
+
+
+def test_readme_shows_the_route_table_sam_local_mounts() -> None:
+    assert f"```\n{route_table(mounted_routes())}\n```" in (ROOT / "README.md").read_text()
 
 
 def test_with_the_jwt_authorizer_on_disable_authorizer_mounts_the_same_routes() -> None:
