@@ -3,34 +3,30 @@
 ``sam local start-api`` mounts the routes that ``ApiProvider`` reads from the template's stacks
 (``SamLocalStackProvider``) and runs, for each, the function ``SamFunctionProvider`` finds under the
 route's function name; ``sam local invoke --env-vars events/env.json`` gives a function the
-environment that ``LocalLambdaRunner`` builds. These tests call exactly those classes, then run
-every sample event in ``events/`` through the handler the template names, in a fresh interpreter
-with that environment (what the container would do), and fail on a 5xx or an error.
+environment that ``LocalLambdaRunner`` builds. These tests ask exactly those classes, through
+``tests/sam_cli_probe.py`` run by SAM CLI's own interpreter (``.venv-sam``: aws-sam-cli pins an
+exact boto3 the project must not be held to). Then every sample event in ``events/`` runs through
+the handler the template names, in a fresh interpreter with that environment (what the container
+would do), and a 5xx or an error fails.
 
 Run ``pytest tests/test_sam_local.py -s`` to see the route table ``sam local start-api`` mounts.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import os
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from samcli.commands.local.lib.local_lambda import LocalLambdaRunner
-from samcli.lib.config.samconfig import SamConfig
-from samcli.lib.providers.api_provider import ApiProvider
-from samcli.lib.providers.provider import Function
-from samcli.lib.providers.sam_function_provider import SamFunctionProvider
-from samcli.lib.providers.sam_stack_provider import SamLocalStackProvider
 from samtranslator.yaml_helper import yaml_parse
 
 from tests.design_routes import DESIGN_ROUTES, PUBLIC_ROUTES
@@ -53,40 +49,54 @@ class Mounted:
     handler: str | None
 
 
-@contextmanager
-def sam_cli() -> Iterator[None]:
-    """Around calls into SAM CLI, which uses samtranslator and jsonschema APIs they deprecate."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
+def sam_python() -> Path:
+    """SAM CLI's interpreter: ``LOOPENGINE_SAM_PYTHON`` or ``.venv-sam`` (``make`` creates it)."""
+    path = Path(os.environ.get("LOOPENGINE_SAM_PYTHON") or ROOT / ".venv-sam" / "bin" / "python")
+    if not path.exists():
+        pytest.fail(f"no SAM CLI interpreter at {path}: run `make .venv-sam/.installed` (aws-sam-cli)")
+    return path
 
 
-def _stacks(template: dict[str, Any] | None, overrides: dict[str, str] | None) -> list[Any]:
-    if template is None:
-        stacks, _ = SamLocalStackProvider.get_stacks(str(TEMPLATE), parameter_overrides=overrides)
-    else:
-        stacks, _ = SamLocalStackProvider.get_stacks(
-            template_dictionary=template, parameter_overrides=overrides
-        )
-    return stacks
-
-
-def mounted_routes(
-    template: dict[str, Any] | None = None,
+def probe(
+    template: Path = TEMPLATE,
     overrides: dict[str, str] | None = None,
     disable_authorizer: bool = False,
-) -> list[Mounted]:
-    """The routes ``sam local start-api`` mounts for ``template`` (default: template.yaml)."""
-    with sam_cli():
-        stacks = _stacks(template, overrides)
-        api = ApiProvider(stacks, cwd=str(ROOT), disable_authorizer=disable_authorizer).api
-        functions = SamFunctionProvider(stacks)
-    out = []
-    for route in api.routes:
-        fn = functions.get(route.function_name) if route.function_name else None
-        for method in route.methods:
-            out.append(Mounted(f"{method} {route.path}", fn.name if fn else None, fn.handler if fn else None))
+    env_file: Path | None = None,
+) -> dict[str, Any]:
+    """What SAM CLI's providers report for ``template`` (tests/sam_cli_probe.py), from a clean shell."""
+    request = {
+        "template": str(template),
+        "cwd": str(ROOT),
+        "overrides": overrides or {},
+        "disable_authorizer": disable_authorizer,
+        "env_file": str(env_file) if env_file else None,
+    }
+    clean = {"PATH": os.environ.get("PATH", ""), "AWS_CONFIG_FILE": os.devnull}
+    clean["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    proc = subprocess.run(
+        [str(sam_python()), str(ROOT / "tests" / "sam_cli_probe.py"), json.dumps(request)],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return answer
+
+
+def mounted_routes(answer: dict[str, Any]) -> list[Mounted]:
+    """The routes ``sam local start-api`` mounts, as ``probe`` reported them."""
+    out = [Mounted(route, function, handler) for route, function, handler in answer["routes"]]
     return sorted(out, key=lambda m: (m.route.split(" ", 1)[1], m.route))
+
+
+@pytest.fixture(scope="module")
+def sam() -> dict[str, Any]:
+    """SAM CLI's report on template.yaml with events/env.json."""
+    return probe(env_file=ENV_FILE)
 
 
 def problems(mounted: list[Mounted]) -> list[str]:
@@ -114,20 +124,20 @@ def route_table(mounted: list[Mounted]) -> str:
 # ------------------------------------------------------------------ sam local start-api
 
 
-def test_sam_local_start_api_mounts_every_design_route_on_the_api_function() -> None:
-    mounted = mounted_routes()
+def test_sam_local_start_api_mounts_every_design_route_on_the_api_function(sam: dict[str, Any]) -> None:
+    mounted = mounted_routes(sam)
     print(f"\nsam local start-api mounts {len(mounted)} routes:\n{route_table(mounted)}")
     assert problems(mounted) == []
     assert {m.handler for m in mounted} == {"handlers.api.handler"}
 
 
-def test_readme_shows_the_route_table_sam_local_mounts() -> None:
-    assert f"```\n{route_table(mounted_routes())}\n```" in (ROOT / "README.md").read_text()
+def test_readme_shows_the_route_table_sam_local_mounts(sam: dict[str, Any]) -> None:
+    assert f"```\n{route_table(mounted_routes(sam))}\n```" in (ROOT / "README.md").read_text()
 
 
 def test_with_the_jwt_authorizer_on_disable_authorizer_mounts_the_same_routes() -> None:
     # SAM CLI emulates no JWT authorizer: with JwtIssuer set, `--disable-authorizer` is needed.
-    mounted = mounted_routes(overrides=JWT_ON, disable_authorizer=True)
+    mounted = mounted_routes(probe(overrides=JWT_ON, disable_authorizer=True))
     assert problems(mounted) == []
 
 
@@ -141,18 +151,24 @@ def _paths(template: dict[str, Any]) -> dict[str, Any]:
     return paths
 
 
-def test_the_check_names_a_missing_route_and_a_route_on_another_function() -> None:
+def _probe_template(template: dict[str, Any], tmp_path: Path) -> list[Mounted]:
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template))
+    return mounted_routes(probe(template=path))
+
+
+def test_the_check_names_a_missing_route_and_a_route_on_another_function(tmp_path: Path) -> None:
     broken = copy.deepcopy(_template())
     del _paths(broken)["/docs"]
     health = _paths(broken)["/health"]["get"]["x-amazon-apigateway-integration"]
     health["uri"] = {"Fn::Sub": health["uri"]["Fn::Sub"].replace("-api:live", "-resume:live")}
-    found = problems(mounted_routes(broken))
+    found = problems(_probe_template(broken, tmp_path))
     assert "GET /docs: not mounted" in found
     assert f"GET /health: runs ResumeFunction, not {API_FUNCTION}" in found
     assert len(found) == 2, found
 
 
-def test_the_check_names_routes_sam_cli_cannot_map_to_a_function() -> None:
+def test_the_check_names_routes_sam_cli_cannot_map_to_a_function(tmp_path: Path) -> None:
     # The layout this template had before: plain AWS::ApiGatewayV2 routes behind a function
     # mount nothing (SAM CLI picks its function-event reader and finds no HttpApi events).
     broken = copy.deepcopy(_template())
@@ -164,7 +180,7 @@ def test_the_check_names_routes_sam_cli_cannot_map_to_a_function() -> None:
         "Type": "AWS::ApiGatewayV2::Route",
         "Properties": {"ApiId": {"Ref": "HttpApi"}, "RouteKey": "GET /health"},
     }
-    found = problems(mounted_routes(broken))
+    found = problems(_probe_template(broken, tmp_path))
     assert len(found) == len(DESIGN_ROUTES)
     assert all(p.endswith(": not mounted") for p in found)
 
@@ -172,43 +188,14 @@ def test_the_check_names_routes_sam_cli_cannot_map_to_a_function() -> None:
 # ---------------------------------------------------------------------- sam local invoke
 
 
-def _functions() -> dict[str, Function]:
-    with sam_cli():
-        provider = SamFunctionProvider(_stacks(None, None))
-        return {fn.name: fn for fn in provider.get_all()}
-
-
 def _env_file() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(ENV_FILE.read_text())
     return loaded
 
 
-def sam_env(fn: Function, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """The environment ``sam local invoke --env-vars events/env.json`` gives ``fn`` (clean shell)."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("LOOPENGINE_", "ANTHROPIC_", "POWERTOOLS_", "AWS_")):
-            monkeypatch.delenv(name)
-    with sam_cli():
-        provider = SamFunctionProvider(_stacks(None, None))
-        runner = LocalLambdaRunner(
-            None,  # type: ignore[arg-type]  # the container runtime: not needed to build the env
-            provider,
-            str(ROOT),
-            str(ROOT),
-            aws_region="us-east-1",
-            env_vars_values=_env_file(),
-        )
-        resolved: dict[str, str] = runner._make_env_vars(fn).resolve()
-    return resolved
-
-
 @pytest.mark.parametrize("name", ["ApiFunction", "ResumeFunction", "ScheduleFunction"])
-def test_env_file_reaches_every_function_and_points_at_nothing_in_aws(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    env = sam_env(_functions()[name], monkeypatch)
+def test_env_file_reaches_every_function_and_points_at_nothing_in_aws(name: str, sam: dict[str, Any]) -> None:
+    env: dict[str, str] = sam["env"][name]
     # SAM CLI sets only variables the template declares: every entry must arrive as written.
     for key, value in _env_file()["Parameters"].items():
         assert env.get(key) == value, f"{name}: {key} is not declared in template.yaml"
@@ -217,15 +204,13 @@ def test_env_file_reaches_every_function_and_points_at_nothing_in_aws(
     assert env["LOOPENGINE_MODEL"] == "scripted"
     assert env["LOOPENGINE_RESUME_FUNCTION"] == ""  # resumes run in-process, not via Lambda
     for key, value in env.items():
-        if key.startswith("LOOPENGINE_") or key.startswith("ANTHROPIC_"):
+        if key.startswith(("LOOPENGINE_", "ANTHROPIC_")):
             assert "arn:" not in value and "amazonaws.com" not in value, f"{key}={value}"
             assert "{{resolve:" not in value, f"{key}={value}"
     assert env["ANTHROPIC_API_KEY"] == ""
 
 
 def test_the_sample_events_carry_the_env_files_admin_credential() -> None:
-    import base64
-
     admin = _env_file()["Parameters"]["LOOPENGINE_ADMIN_AUTH"]
     expected = "Basic " + base64.b64encode(admin.encode()).decode()
     carried = {ev["headers"].get("authorization") for ev in _http_events().values()}
@@ -233,9 +218,9 @@ def test_the_sample_events_carry_the_env_files_admin_credential() -> None:
 
 
 def test_samconfig_points_sam_local_at_the_env_file() -> None:
-    config = SamConfig(str(ROOT))
-    for command in (["local", "start-api"], ["local", "invoke"], ["local", "start-lambda"]):
-        assert config.get_all(command, "parameters").get("env_vars") == "events/env.json", command
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())["default"]
+    for command in ("local_start_api", "local_invoke", "local_start_lambda"):
+        assert config[command]["parameters"]["env_vars"] == "events/env.json", command
 
 
 def _sample_events() -> list[str]:
@@ -278,25 +263,23 @@ class Invoked:
 
 
 @pytest.fixture(scope="module")
-def invoked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Invoked]:
+def invoked(sam: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Invoked]:
     """Every sample event through its function, each in its own interpreter and empty /tmp."""
-    functions = _functions()
-    by_route = {m.route: m.function for m in mounted_routes()}
-    with pytest.MonkeyPatch.context() as mp:
-        envs = {name: sam_env(fn, mp) for name, fn in functions.items()}
+    by_route = {m.route: m.function for m in mounted_routes(sam)}
 
     def run(event_name: str) -> Invoked:
         event = json.loads((EVENTS / event_name).read_text())
-        function = functions[_function_for(event_name, event, by_route)]
+        name = _function_for(event_name, event, by_route)
+        function = sam["functions"][name]
         tmp = tmp_path_factory.mktemp(event_name.removesuffix(".json"))
-        env = dict(envs[function.name])
+        env = dict(sam["env"][name])
         # The container's /tmp is this invocation's own directory here.
         env["LOOPENGINE_DB"] = str(tmp / Path(env["LOOPENGINE_DB"]).relative_to("/tmp"))
         env["PYTHONPATH"] = str(SRC)
         out = tmp / "result.json"
-        args = [function.handler, str(EVENTS / event_name), str(out), function.functionname]
+        args = [function["handler"], str(EVENTS / event_name), str(out), function["functionname"]]
         proc = subprocess.run(
-            [sys.executable, "-c", INVOKE, *args, str(function.timeout)],
+            [sys.executable, "-c", INVOKE, *args, str(function["timeout"])],
             cwd=SRC,  # the code directory, as /var/task in the container
             env=env,
             capture_output=True,
@@ -305,7 +288,7 @@ def invoked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Invoked]:
             timeout=120,
         )
         result = json.loads(out.read_text()) if out.exists() else None
-        return Invoked(function.name, proc.returncode, result, proc.stderr)
+        return Invoked(name, proc.returncode, result, proc.stderr)
 
     names = _sample_events()
     with ThreadPoolExecutor(max_workers=8) as pool:
