@@ -14,6 +14,12 @@ PORT    ?= 8787
 # pytest-xdist workers, one per CPU: on 2 cores, 2 workers measured no slower than 3 or 4
 JOBS    ?= auto
 STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
+# The AWS SAM CLI in an environment of its own: it pins an exact boto3 (older than the project's),
+# which would hold the project's environment back. tests/test_sam_local.py asks its providers
+# what `sam local start-api` / `sam local invoke` do; `.venv-sam/bin/sam local ...` needs Docker.
+SAM_VENV  ?= .venv-sam
+SAM_CLI   ?= aws-sam-cli>=1.120,<2
+SAM_STAMP := $(SAM_VENV)/.installed
 
 .PHONY: run test lint typecheck pytest bench dev clean requirements
 
@@ -27,11 +33,18 @@ $(RUNTIME): pyproject.toml
 	touch $@
 
 # stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
-$(STAMP): $(RUNTIME) pyproject.toml
+$(STAMP): $(RUNTIME) pyproject.toml | $(SAM_STAMP)
 	@echo "== adding the dev tools to $(VENV)"
 	@echo "   (pytest + xdist, hypothesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 70"
 	@echo "   more packages, 400 MB; a minute or two the first time)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	touch $@
+
+$(SAM_STAMP):
+	@echo "== installing the AWS SAM CLI into $(SAM_VENV) (its own environment: it pins boto3;"
+	@echo "   about a minute the first time; used by tests/test_sam_local.py)"
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install --progress-bar off '$(SAM_CLI)'
 	touch $@
 
 run: $(RUNTIME)
@@ -60,4 +73,4 @@ requirements:
 	$(PYTHON) scripts/gen_requirements.py
 
 clean:
-	rm -rf $(VENV) .loopengine .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) .loopengine .mypy_cache .pytest_cache .ruff_cache

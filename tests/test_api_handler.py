@@ -11,7 +11,15 @@ import pytest
 from handlers import api, resume, schedule
 from loopengine.engine import Engine
 from loopengine.invokers import RecordingInvoker
-from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
+from tests.handler_support import (
+    PLACEHOLDER_TURN,
+    FakeContext,
+    InstallRoot,
+    call,
+    load_event,
+    with_auth,
+    with_body,
+)
 
 
 @pytest.fixture
@@ -250,3 +258,10 @@ def test_every_sample_event_is_answered_without_a_500(engine: Engine) -> None:
             continue
         status, body = call(api.handler, event)
         assert status < 500, (path.name, status, body)
+
+
+def test_resume_of_a_turn_that_does_not_exist_answers_instead_of_raising(engine: Engine) -> None:
+    # `sam local invoke ResumeFunction -e events/resume.json` on an empty store; in AWS a
+    # retry could not make the turn appear, so it must not fail into the redrive queue.
+    answer = resume.handler(load_event("resume"), FakeContext())
+    assert answer == {"resumed": False, "turnId": PLACEHOLDER_TURN, "reason": "no such turn"}

@@ -23,6 +23,7 @@ from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 from handlers import secrets
+from tests.design_routes import DESIGN_ROUTES, PUBLIC_ROUTES
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -30,28 +31,6 @@ EVENTS = ROOT / "events"
 REGION = "us-east-1"
 BASIC_ADMIN_SECRET = "Basic YWRtaW46c2VjcmV0"  # admin:secret
 
-# DESIGN.md, "HTTP API": the product's route table, verbatim.
-DESIGN_ROUTES = {
-    "POST /agents/{agent}/messages",
-    "POST /pending-approvals/{pendingId}/resolve",
-    "POST /pending-questions/{pendingId}/answer",
-    "GET /pending-approvals",
-    "GET /turns/{turnId}",
-    "GET /turns/{turnId}/events",
-    "POST /turns/{turnId}/cancel",
-    "GET /sessions/{sessionId}",
-    "GET /magic/{token}",
-    "POST /magic/{token}",
-    "POST /integrations/slack/interactions",
-    "GET /health",
-}
-# Authenticated by their own means (or not at all); never behind the JWT authorizer.
-PUBLIC_ROUTES = {
-    "GET /health",
-    "GET /magic/{token}",
-    "POST /magic/{token}",
-    "POST /integrations/slack/interactions",
-}
 # Every secret the functions read, with the parameter naming its Secrets Manager secret.
 SECRET_ENV = {
     "ANTHROPIC_API_KEY": "AnthropicApiKeySecretName",
@@ -110,8 +89,10 @@ def _resources(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]
 
 
 def _routes(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    routes = _resources(template, "AWS::ApiGatewayV2::Route")
-    return {r["Properties"]["RouteKey"]: r["Properties"] for r in routes.values()}
+    """Route key -> OpenAPI operation of the HTTP API's body (SAM template or transformed)."""
+    api = template["Resources"]["HttpApi"]["Properties"]
+    body = api.get("DefinitionBody") or api["Body"]
+    return {f"{m.upper()} {path}": op for path, item in body["paths"].items() for m, op in item.items()}
 
 
 def _http_events() -> dict[str, dict[str, Any]]:
@@ -182,7 +163,8 @@ def test_no_secret_value_reaches_a_function_environment(
     assert "{{resolve:" not in TEMPLATE.read_text()
     for name, fn in _resources(transformed, "AWS::Lambda::Function").items():
         env = fn["Properties"]["Environment"]["Variables"]
-        assert not set(env) & set(SECRET_ENV), name
+        # the plain names are declared only so `sam local --env-vars` can set them: empty in AWS
+        assert all(env[key] == "" for key in set(env) & set(SECRET_ENV)), name
     for parameter in SECRET_ENV.values():
         declared = sam_template["Parameters"][parameter]
         assert (declared["Type"], declared["Default"]) == ("String", ""), parameter
@@ -293,14 +275,52 @@ def test_template_routes_are_designs_route_table(sam_template: dict[str, Any]) -
 def test_jwt_authorizer_guards_exactly_the_authenticated_routes(
     sam_template: dict[str, Any],
 ) -> None:
-    conditional_jwt = {"Fn::If": ["UseJwtAuthorizer", "JWT", "NONE"]}
-    for key, props in _routes(sam_template).items():
+    # Conditional: with JwtIssuer empty no operation names an authorizer (the app checks HTTP
+    # Basic). The false branches are values, not AWS::NoValue, which SAM CLI cannot read.
+    conditional_jwt = {"Fn::If": ["UseJwtAuthorizer", [{"jwt": []}], []]}
+    for key, op in _routes(sam_template).items():
         if key in PUBLIC_ROUTES:
-            assert props["AuthorizationType"] == "NONE", key
-            assert "AuthorizerId" not in props, key
+            assert "security" not in op, key
         else:
-            assert props["AuthorizationType"] == conditional_jwt, key
-            assert props["AuthorizerId"]["Fn::If"][1] == {"Ref": "JwtAuthorizer"}, key
+            assert op["security"] == conditional_jwt, key
+    body = sam_template["Resources"]["HttpApi"]["Properties"]["DefinitionBody"]
+    condition, schemes, off = body["components"]["securitySchemes"]["Fn::If"]
+    assert (condition, off) == ("UseJwtAuthorizer", {})
+    authorizer = schemes["jwt"]["x-amazon-apigateway-authorizer"]
+    assert authorizer["type"] == "jwt"
+    assert authorizer["identitySource"] == "$request.header.Authorization"
+    assert authorizer["jwtConfiguration"] == {
+        "issuer": {"Ref": "JwtIssuer"},
+        "audience": {"Ref": "JwtAudience"},
+    }
+
+
+def test_every_route_invokes_the_api_functions_live_alias(
+    sam_template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    api_fn = sam_template["Resources"]["ApiFunction"]["Properties"]
+    assert api_fn["FunctionName"] == {"Fn::Sub": "${AWS::StackName}-api"}
+    alias_arn = (
+        "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-api:live"
+    )
+    for key, op in _routes(transformed).items():
+        integration = op["x-amazon-apigateway-integration"]
+        assert integration["type"] == "aws_proxy", key
+        assert integration["payloadFormatVersion"] == "2.0", key
+        assert integration["uri"] == {"Fn::Sub": alias_arn}, key
+    # the transform keeps the API's logical id (Outputs and LOOPENGINE_PUBLIC_URL use it)
+    assert transformed["Resources"]["HttpApi"]["Type"] == "AWS::ApiGatewayV2::Api"
+    # API Gateway may invoke exactly that alias, from this API only
+    permission = transformed["Resources"]["HttpApiInvokePermission"]["Properties"]
+    assert permission["FunctionName"] == {"Ref": "ApiFunctionAliaslive"}
+    assert permission["Principal"] == "apigateway.amazonaws.com"
+    assert "${HttpApi}/*" in permission["SourceArn"]["Fn::Sub"]
+    stages = _resources(transformed, "AWS::ApiGatewayV2::Stage")
+    [stage] = stages.values()
+    assert stage["Properties"]["StageName"] == "$default"
+    assert stage["Properties"]["AutoDeploy"] is True
+    assert stage["Properties"]["DefaultRouteSettings"]["ThrottlingRateLimit"] == 100
+    assert "AccessLogSettings" in stage["Properties"]
 
 
 def test_every_event_file_parses() -> None:

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from handlers import root
 from handlers.observability import flush, logger, tracer
+from loopengine.errors import NotFound
 
 SAFETY_SECONDS = 30.0
 
@@ -32,6 +33,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     left = remaining() / 1000 if remaining is not None else None
     try:
         out = root.engine().resume(turn_id, budget_seconds=budget, remaining_seconds=left)
+    except NotFound:
+        # A retry cannot make the turn appear: answer, don't fail into the redrive queue.
+        logger.error("resume of a turn that does not exist")
+        return {"resumed": False, "turnId": turn_id, "reason": "no such turn"}
     finally:
         flush()
     if out is None:
