@@ -19,6 +19,7 @@ from loopengine.errors import NotFound, VersionConflict
 from loopengine.ids import new_id
 from loopengine.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
 from loopengine.messages import Message
+from loopengine.outbox import OutboxRecord
 from loopengine.policy import describe
 from loopengine.ports import Append, Change
 from loopengine.runtime import Runtime
@@ -52,14 +53,7 @@ def resume_turn(
     if turn.status is TurnStatus.QUEUED:
         return _start_queued(rt, worker, turn)
     now = rt.stores.clock.now()
-    config = rt.config_of(turn)
-    payload = {
-        "turnId": turn.turn_id,
-        "sessionId": turn.session_id,
-        "agent": turn.agent,
-        "tenant": turn.tenant,
-    }
-    notes = delivery.announce(rt, config, turn, "run_start", {**payload, "trigger": "resume"})
+    notes = _run_start(rt, turn, "resume")
     sent: list[tuple[Any, ...]] = []
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
@@ -89,14 +83,7 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
     history = rt.stores.sessions.load(turn.session_id)
     now = rt.stores.clock.now()
     add = Append(turn.session_id, (Message.user_text(turn.queued_message),), len(history))
-    config = rt.config_of(turn)
-    payload = {
-        "turnId": turn.turn_id,
-        "sessionId": turn.session_id,
-        "agent": turn.agent,
-        "tenant": turn.tenant,
-    }
-    notes = delivery.announce(rt, config, turn, "run_start", {**payload, "trigger": turn.trigger})
+    notes = _run_start(rt, turn, turn.trigger)
     event = rt.stamp("started", trigger="queued", configHash=turn.config_hash)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
@@ -114,6 +101,13 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
         return None
     delivery.deliver(rt, notes)
     return advance(worker)
+
+
+def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> tuple[OutboxRecord, ...]:
+    """The ``run_start`` notification of a turn that starts or resumes (none if unwanted)."""
+    payload = {"turnId": turn.turn_id, "sessionId": turn.session_id, "agent": turn.agent}
+    payload |= {"tenant": turn.tenant, "trigger": trigger}
+    return delivery.announce(rt, rt.config_of(turn), turn, "run_start", payload)
 
 
 def session_free(rt: Runtime, turn: TurnRecord) -> bool:
