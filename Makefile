@@ -15,7 +15,7 @@ PORT    ?= 8787
 JOBS    ?= auto
 STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
 
-.PHONY: run test lint typecheck pytest bench dev clean requirements
+.PHONY: run test lint typecheck pytest bench dev clean requirements openapi
 
 # stamp 1: the package and its runtime dependencies, all that `make run` and `make dev` need
 $(RUNTIME): pyproject.toml
@@ -52,6 +52,10 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(JOBS)
 
 test: lint typecheck pytest
+
+# docs/openapi.json: the OpenAPI document generated from the routes' models (a test checks it is current)
+openapi: $(RUNTIME)
+	$(BIN)/python -m handlers.openapi > docs/openapi.json
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
@@ -55,7 +56,7 @@ def middleware(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> 
     return response
 
 
-def current(app: APIGatewayHttpResolver) -> Principal:
+def current(app: BaseRouter) -> Principal:
     """The principal the middleware resolved for this request."""
     found = app.context.get("principal")
     if not isinstance(found, Principal):  # a route outside the middleware's reach: deny

@@ -21,7 +21,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, web
+from handlers import openapi, root, web
 from handlers.observability import logger
 from loopengine import errors
 from loopengine import magic_form as forms
@@ -57,13 +57,23 @@ def _message(status: int, msg: pages.Message) -> Response[str]:
     return _html(status, pages.message(msg))
 
 
-@router.get("/magic/<token>")
+@router.get(
+    "/magic/<token>",
+    summary="Magic link: the confirm page (changes nothing)",
+    security=openapi.PUBLIC,
+    responses=openapi.pages(200, 400, 404, 410, 503),
+)
 def show(token: str) -> Response[str]:
     """Render the pending item behind ``token`` (or what became of it); changes nothing."""
     return _guarded(lambda: _show(token))
 
 
-@router.post("/magic/<token>")
+@router.post(
+    "/magic/<token>",
+    summary="Magic link: decide from the submitted form",
+    security=openapi.PUBLIC,
+    responses=openapi.pages(200, 400, 403, 404, 410, 413, 503),
+)
 def decide(token: str) -> Response[str]:
     """Decide the pending item behind ``token`` from the submitted form."""
     return _guarded(lambda: _decide(token))

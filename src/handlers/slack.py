@@ -38,7 +38,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, web
+from handlers import openapi, root, web
 from handlers.observability import logger
 from loopengine import slack
 from loopengine.engine import Engine
@@ -81,8 +81,8 @@ def reset() -> None:
     _secret, _secret_read = None, False
 
 
-@router.post("/integrations/slack/interactions")
-def interactions() -> Response[str]:
+@router.post("/integrations/slack/interactions", security=openapi.PUBLIC, responses=openapi.SLACK)
+def interactions() -> Response[Any]:  # a JSON body (no model: Slack reads it)
     """Verify Slack's signature, read the click, resolve the item, tell Slack what happened."""
     event = router.current_event
     body = _raw_body(event.body, bool(event.is_base64_encoded))
