@@ -29,7 +29,7 @@ $(RUNTIME): pyproject.toml
 # stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
 $(STAMP): $(RUNTIME) pyproject.toml
 	@echo "== adding the dev tools to $(VENV)"
-	@echo "   (pytest + xdist, hypothesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 70"
+	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 80"
 	@echo "   more packages, 400 MB; a minute or two the first time)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
 	touch $@

@@ -10,12 +10,14 @@ committed ``docs/openapi.json`` must be what the code generates.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from handlers import api, openapi
+from loopengine import api_models as m
 from loopengine import views
 from loopengine.engine import Engine
 from loopengine.invokers import RecordingInvoker
@@ -137,6 +139,16 @@ def test_bad_wait_is_400_naming_it(engine: Engine, query: str) -> None:
     assert (status, reply["error"]) == (400, "invalid_input") and "wait" in reply["message"], reply
 
 
+@pytest.mark.parametrize("query", ["tenant=a&tenant=b", "agent=x&%61gent=y", "tenant=&tenant="])
+def test_a_query_parameter_given_twice_is_400_not_a_guess(engine: Engine, query: str) -> None:
+    # found by the spec run: ?tenant=a&tenant=b was answered for one of them
+    event = with_auth(load_event("list_pending"), "admin")
+    event["rawQueryString"] = query
+    event["queryStringParameters"] = {}
+    status, reply = call(api.handler, event)
+    assert (status, reply["error"]) == (400, "invalid_input") and "more than once" in reply["message"], reply
+
+
 def test_a_stranger_with_a_bad_body_gets_401_not_a_validation_error(engine: Engine) -> None:
     pending = _pending()
     for body in ({"decision": "maybe"}, "{not json", "[" * 100):
@@ -164,3 +176,10 @@ def test_a_response_that_drifts_from_its_model_is_caught_not_sent(
     monkeypatch.setattr(views, "resolution", lambda res: (real(res)[0], {**real(res)[1], "secret": "x"}))
     status, reply = call(api.handler, load_event("resolve_approve", pendingId=pending))
     assert (status, reply["error"]) == (500, "internal") and "secret" not in json.dumps(reply)
+
+
+def test_not_blank_is_the_engines_idea_of_white_space() -> None:
+    # found by the spec run: "\u0085" passed the schema's minLength, then the engine's strip() refused it
+    blank = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    assert not any(re.search(m.NOT_BLANK, c) for c in blank)
+    assert all(re.search(m.NOT_BLANK, c) for c in ("a", "\ufeff", "\u200b", "0"))

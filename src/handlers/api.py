@@ -19,7 +19,8 @@ from handlers.slack import router as slack_router
 from loopengine import api_models as m
 from loopengine.errors import LoopengineError
 
-app = validation.resolver([auth.middleware, web.edge])  # deny by default (auth.PUBLIC aside), hygiene
+# deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
+app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
 for router in (routes_turns.router, routes_pending.router, openapi.router, magic_router, slack_router):
     app.include_router(router)
 

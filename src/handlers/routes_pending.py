@@ -60,7 +60,10 @@ def answer(
     responses=answers({200: m.PendingList}, 400, 403),
 )
 def list_pending(
-    agent: Annotated[str | None, Query()] = None, tenant: Annotated[str | None, Query()] = None
+    agent: Annotated[
+        str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent's items")
+    ] = None,
+    tenant: Annotated[str | None, Query(pattern=m.TENANT_PATTERN, description="only this tenant's")] = None,
 ) -> Response[m.PendingList]:
     items = root.engine().open_items(agent=agent, tenant=tenant, who=auth.current(router))
     return web.reply(200, {"items": items})

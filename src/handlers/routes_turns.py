@@ -17,6 +17,9 @@ from loopengine import views
 router = Router()  # type: ignore[no-untyped-call]
 
 TurnId = Annotated[str, Path(alias="turnId", pattern=m.TURN_ID_PATTERN, description="trn_ + 32 hex")]
+Agent = Annotated[
+    str, Path(pattern=m.AGENT_PATTERN, description="the agent's name", examples=["customer-service"])
+]
 SessionId = Annotated[str, Path(alias="sessionId", pattern=m.CLIENT_ID_PATTERN)]
 
 
@@ -25,7 +28,7 @@ SessionId = Annotated[str, Path(alias="sessionId", pattern=m.CLIENT_ID_PATTERN)]
     summary="Send a message: run a turn until it finishes, pauses for a human, or runs out of budget",
     responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 503),
 )
-def post_message(agent: str, body: Annotated[m.MessageRequest, Body()]) -> Response[m.TurnOutcome]:
+def post_message(agent: Agent, body: Annotated[m.MessageRequest, Body()]) -> Response[m.TurnOutcome]:
     out = root.engine().send_message(
         agent,
         body.message,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
@@ -32,7 +33,7 @@ from handlers import web
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]
 Step = Callable[[Any], Response[Any]]
 
-PATH_WHAT = {"pendingId": "pending item", "turnId": "turn", "sessionId": "session"}
+PATH_WHAT = {"pendingId": "pending item", "turnId": "turn", "sessionId": "session", "agent": "agent"}
 
 
 class GuardedValidation(OpenAPIRequestValidationMiddleware):
@@ -63,6 +64,22 @@ def _bind(guard: Guard, then: Step) -> Step:
         return guard(app, then)  # type: ignore[arg-type]
 
     return step
+
+
+def single_query_values(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[Any]:
+    """Guard: a query parameter given twice (``?tenant=a&tenant=b``) is ambiguous, so 400 ``invalid_input``.
+
+    API Gateway joins repeated values with commas and a model would see only one of them: which
+    tenant the caller meant is not for the server to guess.
+    """
+    raw = app.current_event.raw_query_string or ""
+    names = [unquote_plus(part.split("=", 1)[0]) for part in raw.split("&") if part]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        shown = ", ".join(repr(n[:40]) for n in repeated[:3])
+        raise web.HttpError(400, "invalid_input", f"query parameter {shown} given more than once")
+    response: Response[Any] = next_middleware(app)
+    return response
 
 
 def resolver(guards: Sequence[Guard]) -> APIGatewayHttpResolver:

@@ -25,10 +25,15 @@ MAX_COMMENT_CHARS = 4_000
 _CLIENT_ID = rf"[A-Za-z0-9][A-Za-z0-9_.:@-]{{0,{ids.MAX_CLIENT_ID_CHARS - 1}}}"
 CLIENT_ID_PATTERN = f"^{_CLIENT_ID}$"
 """A sessionId or tenant a client may choose (the form ``ids.is_session_id`` accepts)."""
+NOT_BLANK = r"[^\t\n\x0b\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+"""Holds a character that is not white space (Python's ``str.isspace``, as the engine checks)."""
+AGENT_PATTERN = r"^[A-Za-z0-9_-]+$"
+"""An agent's name (its folder's ``agent.yaml`` ``name``)."""
+TENANT_PATTERN = f"^(|{_CLIENT_ID})$"
 PENDING_ID_PATTERN = r"^pnd_[0-9a-f]{32}$"
 TURN_ID_PATTERN = r"^trn_[0-9a-f]{32}$"
 
-ClientId = Annotated[str, Field(pattern=f"^(|{_CLIENT_ID})$")]
+ClientId = Annotated[str, Field(pattern=TENANT_PATTERN)]
 """A client-chosen id in a body; the empty string means "none"."""
 
 
@@ -59,7 +64,11 @@ class Reply(BaseModel):
 class MessageRequest(Request):
     """``POST /agents/{agent}/messages``."""
 
-    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="the user's message")
+    model_config = ConfigDict(json_schema_extra={"examples": [{"message": "Order A-1001 arrived broken"}]})
+
+    message: str = Field(
+        min_length=1, max_length=MAX_MESSAGE_CHARS, pattern=NOT_BLANK, description="the user's message"
+    )
     sessionId: ClientId | None = Field(
         default=None, description="continue this session (ours, or a client-chosen id); new when absent"
     )
@@ -71,6 +80,8 @@ class MessageRequest(Request):
 
 class ResolveRequest(Request):
     """``POST /pending-approvals/{pendingId}/resolve``."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"decision": "approve", "comment": "ok"}]})
 
     decision: Literal["approve", "deny"]
     editedArgs: dict[str, Any] | None = Field(
@@ -88,7 +99,7 @@ class ResolveRequest(Request):
 class AnswerRequest(Request):
     """``POST /pending-questions/{pendingId}/answer``."""
 
-    answer: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    answer: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, pattern=NOT_BLANK)
 
 
 # -- responses --------------------------------------------------------------------------------------
