@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from handlers import api, openapi
 from loopengine import api_models as m
 from loopengine import views
-from loopengine.engine import Engine
+from loopengine.engine import ApprovalDecision, ApprovalScope, Engine
 from loopengine.invokers import RecordingInvoker
 from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
 
@@ -183,3 +183,9 @@ def test_not_blank_is_the_engines_idea_of_white_space() -> None:
     blank = [chr(c) for c in range(0x110000) if chr(c).isspace()]
     assert not any(re.search(m.NOT_BLANK, c) for c in blank)
     assert all(re.search(m.NOT_BLANK, c) for c in ("a", "\ufeff", "\u200b", "0"))
+
+
+def test_the_models_and_the_engine_agree_on_decisions_and_scopes() -> None:
+    assert get_args(m.ResolveRequest.model_fields["decision"].annotation) == get_args(ApprovalDecision)
+    scope = [a for a in get_args(m.ResolveRequest.model_fields["scope"].annotation) if a is not type(None)]
+    assert [get_args(a) for a in scope] == [get_args(ApprovalScope)]

@@ -225,7 +225,12 @@ def _decide(token: str) -> Response[str]:
         who = _recipient(ctx)
         args_hash = form.get("argsHash") or None
         res = ctx.engine.resolve(
-            ctx.pending_id, decision, who, edited_args=edited, comment=comment or None, args_hash=args_hash
+            ctx.pending_id,
+            "approve" if decision == "approve" else "deny",
+            who,
+            edited_args=edited,
+            comment=comment or None,
+            args_hash=args_hash,
         )
     except errors.Conflict:
         fresh = ctx.reload()
