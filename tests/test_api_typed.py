@@ -189,3 +189,16 @@ def test_the_models_and_the_engine_agree_on_decisions_and_scopes() -> None:
     assert get_args(m.ResolveRequest.model_fields["decision"].annotation) == get_args(ApprovalDecision)
     scope = [a for a in get_args(m.ResolveRequest.model_fields["scope"].annotation) if a is not type(None)]
     assert [get_args(a) for a in scope] == [get_args(ApprovalScope)]
+
+
+@pytest.mark.parametrize(
+    "body,says",
+    [
+        ({"message": "hi", "sessionId": "a b"}, "sessionId: must be 1-128 characters"),
+        ({"message": "hi", "tenant": "caf\u00e9"}, "tenant: must be 1-128 characters"),
+        ({"message": " \u3000\x85"}, "message: must not be blank"),
+    ],
+)
+def test_pattern_failures_are_said_in_words(engine: Engine, body: dict[str, Any], says: str) -> None:
+    status, reply = call(api.handler, with_body(load_event("post_message"), body))
+    assert (status, reply["error"]) == (400, "invalid_input") and reply["message"].startswith(says), reply

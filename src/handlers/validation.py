@@ -29,10 +29,22 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
 from handlers import web
+from loopengine import ids
 
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]
 Step = Callable[[Any], Response[Any]]
 
+CLIENT_ID_RULE = (
+    f"must be 1-{ids.MAX_CLIENT_ID_CHARS} characters: a letter or digit, then letters, digits or _ . : @ -"
+)
+PATTERN_RULES = {
+    "sessionId": CLIENT_ID_RULE,
+    "tenant": CLIENT_ID_RULE,
+    "agent": "must be an agent name: letters, digits, _ and -",
+    "message": "must not be blank",
+    "answer": "must not be blank",
+}
+"""What a pattern means, said in words (pydantic would quote the regular expression)."""
 PATH_WHAT = {"pendingId": "pending item", "turnId": "turn", "sessionId": "session", "agent": "agent"}
 
 
@@ -107,4 +119,6 @@ def _describe(err: dict[str, Any]) -> str:
     where = {"body": "request body", "query": "query parameter"}.get(loc[0], loc[0]) if loc else "request"
     field = ".".join(loc[1:])
     msg = str(err.get("msg") or err.get("type") or "invalid")
+    if err.get("type") == "string_pattern_mismatch" and loc and loc[-1] in PATTERN_RULES:
+        msg = PATTERN_RULES[loc[-1]]
     return f"{field}: {msg}" if field else f"{where}: {msg}"
