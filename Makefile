@@ -21,7 +21,7 @@ SAM_VENV  ?= .venv-sam
 SAM_CLI   ?= aws-sam-cli>=1.120,<2
 SAM_STAMP := $(SAM_VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench dev clean requirements
+.PHONY: run test lint typecheck pytest bench dev clean requirements openapi
 
 # stamp 1: the package and its runtime dependencies, all that `make run` and `make dev` need
 $(RUNTIME): pyproject.toml
@@ -35,7 +35,7 @@ $(RUNTIME): pyproject.toml
 # stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
 $(STAMP): $(RUNTIME) pyproject.toml | $(SAM_STAMP)
 	@echo "== adding the dev tools to $(VENV)"
-	@echo "   (pytest + xdist, hypothesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 70"
+	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 80"
 	@echo "   more packages, 400 MB; a minute or two the first time)"
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
 	touch $@
@@ -65,6 +65,10 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(JOBS)
 
 test: lint typecheck pytest
+
+# docs/openapi.json: the OpenAPI document generated from the routes' models (a test checks it is current)
+openapi: $(RUNTIME)
+	$(BIN)/python -m handlers.openapi > docs/openapi.json
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

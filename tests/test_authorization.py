@@ -149,8 +149,8 @@ def test_every_route_but_the_public_ones_answers_401_without_credentials(world: 
     assert len(routes) >= 10
     checked = []
     for route in routes:
-        path = route.path.replace("<agent>", "shop").replace("<pending_id>", world["pending"])
-        path = path.replace("<turn_id>", world["turn"]).replace("<session_id>", world["session"])
+        path = route.path.replace("<agent>", "shop").replace("<pendingId>", world["pending"])
+        path = path.replace("<turnId>", world["turn"]).replace("<sessionId>", world["session"])
         path = path.replace("<token>", "x.y")
         status, _ = request(route.method, path, {"message": "hi"} if route.method == "POST" else None, "none")
         if auth.is_public(path):

@@ -156,7 +156,7 @@ def test_route_refuses_a_bad_query(install_harness: Build, query: dict[str, str]
     h = install_harness(_agent(Calls()), model=ScriptedModel.from_list(SCRIPT))
     out = h.engine.send_message("shop", "refund me")
     status, body = call_handler(api.handler, _events_event(out.turn_id, query))
-    assert status == 400 and body["error"] == "bad_query"
+    assert status == 400 and body["error"] == "invalid_input"
 
 
 def test_route_404s_a_typo_an_unknown_turn_and_another_tenants_turn(

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
@@ -78,7 +79,7 @@ def with_channel(who: Principal, event: APIGatewayProxyEventV2) -> Principal:
     return dataclasses.replace(who, channel=named)
 
 
-def current(app: APIGatewayHttpResolver) -> Principal:
+def current(app: BaseRouter) -> Principal:
     """The principal the middleware resolved for this request."""
     found = app.context.get("principal")
     if not isinstance(found, Principal):  # a route outside the middleware's reach: deny

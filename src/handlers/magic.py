@@ -20,7 +20,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, secrets, web
+from handlers import openapi, root, secrets, web
 from handlers.observability import logger
 from loopengine import errors
 from loopengine import magic_form as forms
@@ -56,13 +56,23 @@ def _message(status: int, msg: pages.Message) -> Response[str]:
     return _html(status, pages.message(msg))
 
 
-@router.get("/magic/<token>")
+@router.get(
+    "/magic/<token>",
+    summary="Magic link: the confirm page (changes nothing)",
+    security=openapi.PUBLIC,
+    responses=openapi.pages(200, 400, 404, 410, 503),
+)
 def show(token: str) -> Response[str]:
     """Render the pending item behind ``token`` (or what became of it); changes nothing."""
     return _guarded(lambda: _show(token))
 
 
-@router.post("/magic/<token>")
+@router.post(
+    "/magic/<token>",
+    summary="Magic link: decide from the submitted form",
+    security=openapi.PUBLIC,
+    responses=openapi.pages(200, 400, 403, 404, 410, 413, 503),
+)
 def decide(token: str) -> Response[str]:
     """Decide the pending item behind ``token`` from the submitted form."""
     return _guarded(lambda: _decide(token))
@@ -214,7 +224,12 @@ def _decide(token: str) -> Response[str]:
         who = _recipient(ctx)
         args_hash = form.get("argsHash") or None
         res = ctx.engine.resolve(
-            ctx.pending_id, decision, who, edited_args=edited, comment=comment or None, args_hash=args_hash
+            ctx.pending_id,
+            "approve" if decision == "approve" else "deny",
+            who,
+            edited_args=edited,
+            comment=comment or None,
+            args_hash=args_hash,
         )
     except errors.Conflict:
         fresh = ctx.reload()

@@ -42,7 +42,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if done.notified:
             swept["notified"] = done.notified
         return swept
-    if not isinstance(event, dict) or not isinstance(event.get("agent"), str):
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("agent"), str)
+        or not isinstance(event.get("message"), str)
+    ):
         logger.error("schedule event needs 'agent' and 'message'", extra={"event": event})
         return {"started": False, "error": "schedule input needs 'agent' and 'message'"}
     remaining = getattr(context, "get_remaining_time_in_millis", None)
@@ -50,7 +54,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         out = root.engine().send_message(
             event["agent"],
-            event.get("message"),
+            event["message"],
             session_id=event.get("sessionId") or None,
             tenant=event.get("tenant") or "",
             trigger="schedule",

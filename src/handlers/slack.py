@@ -40,7 +40,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import root, secrets, web
+from handlers import openapi, root, secrets, web
 from handlers.observability import logger
 from loopengine import slack
 from loopengine.engine import Engine
@@ -87,8 +87,8 @@ def reset() -> None:
     """Kept for callers that reset state between tests: nothing is cached here any more."""
 
 
-@router.post("/integrations/slack/interactions")
-def interactions() -> Response[str]:
+@router.post("/integrations/slack/interactions", security=openapi.PUBLIC, responses=openapi.SLACK)
+def interactions() -> Response[Any]:  # a JSON body (no model: Slack reads it)
     """Verify Slack's signature, read the click, resolve the item, tell Slack what happened."""
     event = router.current_event
     body = _raw_body(event.body, bool(event.is_base64_encoded))

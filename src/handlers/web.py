@@ -1,18 +1,16 @@
 """HTTP plumbing for the api handler: auth, request data at the edge, and the one error-to-status table.
 
-Request data enters only through :func:`raw_body`, :func:`json_body`, :func:`form_body`,
-:func:`path_id`, :func:`query_float` and the :func:`edge` middleware (query strings and paths), so
-DESIGN.md's input hygiene holds on every route: invalid UTF-8, lone surrogates, JSON nested deeper
-than 64 levels and non-finite numbers are 400 ``invalid_input`` before anything changes
-(:mod:`loopengine.jsonsafe`); an id not in the product's format is 404 ``not_found``.
+Request data enters only through :func:`raw_body`, :func:`json_body` (which Powertools' request
+validation reads JSON bodies through, :mod:`handlers.validation`), :func:`form_body` and the
+:func:`edge` middleware (query strings and paths), so DESIGN.md's input hygiene holds on every
+route: invalid UTF-8, lone surrogates, JSON nested deeper than 64 levels and non-finite numbers are
+400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.jsonsafe`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -50,17 +48,17 @@ JSON_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"
 """On every JSON answer: never sniffed into HTML, never cached (bodies carry private data)."""
 
 
-def reply(status: int, body: Any) -> Response[str]:
-    """A JSON response (with :data:`JSON_HEADERS`)."""
+def reply(status: int, body: Any) -> Response[Any]:
+    """A JSON response with :data:`JSON_HEADERS`.
+
+    The body is serialised after Powertools checked it against the route's model.
+    """
     return Response(
-        status_code=status,
-        content_type=content_types.APPLICATION_JSON,
-        body=json.dumps(body),
-        headers=dict(JSON_HEADERS),
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=body, headers=dict(JSON_HEADERS)
     )
 
 
-def error_reply(exc: Exception) -> Response[str]:
+def error_reply(exc: Exception) -> Response[Any]:
     """Map any library error to DESIGN.md's JSON error; never a stack trace."""
     if isinstance(exc, HttpError):
         return reply(exc.status, {"error": exc.code, "message": str(exc)})
@@ -113,13 +111,6 @@ def form_body(event: APIGatewayProxyEventV2, max_fields: int) -> dict[str, str]:
     return {key: values[0] for key, values in parsed.items()}
 
 
-def path_id(value: str, valid: Callable[[object], bool], what: str) -> str:
-    """``value`` when ``valid`` accepts it; 404 ``not_found`` otherwise (a typo is not a request)."""
-    if not valid(value):
-        raise HttpError(404, "not_found", f"no {what} {value[:80]!r}")
-    return value
-
-
 def check_request(event: APIGatewayProxyEventV2) -> None:
     """Refuse lone surrogates in the path and the query string (400 ``invalid_input``)."""
     try:
@@ -138,17 +129,3 @@ def edge(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Respon
     check_request(app.current_event)
     response: Response[str] = next_middleware(app)
     return response
-
-
-def query_float(event: APIGatewayProxyEventV2, name: str, lo: float, hi: float) -> float | None:
-    """A numeric query parameter within [lo, hi]; 400 otherwise; None when absent."""
-    raw = (event.query_string_parameters or {}).get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise HttpError(400, "bad_query", f"{name} must be a number") from None
-    if not lo <= value <= hi:
-        raise HttpError(400, "bad_query", f"{name} must be between {lo:g} and {hi:g}")
-    return value

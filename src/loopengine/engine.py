@@ -10,7 +10,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from loopengine import delivery, lifecycle, resolution, turn_events, views
 from loopengine.agent import AgentConfig
@@ -28,6 +28,9 @@ WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
 
 JsonDict = dict[str, Any]
 MAX_MESSAGE_CHARS = 100_000
+ApprovalDecision = Literal["approve", "deny"]
+ApprovalScope = Literal["turn"]
+Trigger = Literal["message", "schedule"]
 
 
 class Engine:
@@ -40,10 +43,10 @@ class Engine:
     def send_message(
         self,
         agent: str,
-        message: Any,
+        message: str,
         session_id: str | None = None,
         tenant: str | None = None,
-        trigger: str = "message",
+        trigger: Trigger = "message",
         budget_seconds: float | None = None,
         sender: Decider | None = None,
         remaining_seconds: float | None = None,
@@ -62,6 +65,9 @@ class Engine:
         Tenants: a ``tenant`` outside the sender's scope is 403; a sender scoped to one tenant who
         names none gets theirs; a session of another tenant does not exist for the sender (404).
         Superseding a parked turn whose items need approvers needs the same authority.
+
+        The HTTP edge validates the request (:mod:`loopengine.api_models`); these checks are for
+        library callers.
         """
         if not isinstance(message, str) or not message.strip():
             raise InvalidInput("message must be a non-empty string")
@@ -222,14 +228,17 @@ class Engine:
     def resolve(
         self,
         pending_id: str,
-        decision: Any,
+        decision: ApprovalDecision,
         decider: Decider,
-        edited_args: Any = None,
-        comment: Any = None,
-        args_hash: Any = None,
-        scope: Any = None,
+        edited_args: dict[str, Any] | None = None,
+        comment: str | None = None,
+        args_hash: str | None = None,
+        scope: ApprovalScope | None = None,
     ) -> Resolution:
-        """Approve or deny a pending approval."""
+        """Approve or deny a pending approval (``editedArgs`` are checked against the tool's schema).
+
+        The HTTP edge validates the request's shape; the cheap checks here are for library callers.
+        """
         if comment is not None and not isinstance(comment, str):
             raise InvalidInput("comment must be a string")
         if args_hash is not None and not isinstance(args_hash, str):
@@ -238,7 +247,7 @@ class Engine:
             self.rt, pending_id, decision, decider, edited_args, comment, args_hash, scope
         )
 
-    def answer(self, pending_id: str, answer: Any, decider: Decider) -> Resolution:
+    def answer(self, pending_id: str, answer: str, decider: Decider) -> Resolution:
         """Answer a pending question."""
         return resolution.answer_question(self.rt, pending_id, answer, decider)
 

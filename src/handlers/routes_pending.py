@@ -1,0 +1,75 @@
+"""Routes that decide pending items (resolve, answer) and list the open ones."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+
+from handlers import auth, root, web
+from handlers.observability import logger
+from handlers.openapi import answers
+from loopengine import api_models as m
+from loopengine import views
+from loopengine.resolution import Resolution
+
+router = Router()  # type: ignore[no-untyped-call]
+
+PendingId = Annotated[str, Path(alias="pendingId", pattern=m.PENDING_ID_PATTERN, description="pnd_ + 32 hex")]
+Wait = Annotated[
+    float | None,
+    Query(ge=0, le=m.MAX_WAIT_SECONDS, description="wait up to S seconds for the turn's outcome"),
+]
+RESOLVED = answers(
+    {200: m.Resolution | m.Finished, 202: m.Resuming | m.Paused | m.Working}, 400, 403, 404, 409, 413, 415
+)
+
+
+@router.post(
+    "/pending-approvals/<pendingId>/resolve", summary="Approve or deny a pending call", responses=RESOLVED
+)
+def resolve(
+    pending_id: PendingId, body: Annotated[m.ResolveRequest, Body()], wait: Wait = None
+) -> Response[m.ResolveOutcome]:
+    logger.set_correlation_id(pending_id)
+    res = root.engine().resolve(
+        pending_id,
+        body.decision,
+        auth.current(router),
+        edited_args=body.editedArgs,
+        comment=body.comment,
+        args_hash=body.argsHash,
+        scope=body.scope,
+    )
+    return _reply(res, wait)
+
+
+@router.post("/pending-questions/<pendingId>/answer", summary="Answer a pending question", responses=RESOLVED)
+def answer(
+    pending_id: PendingId, body: Annotated[m.AnswerRequest, Body()], wait: Wait = None
+) -> Response[m.ResolveOutcome]:
+    logger.set_correlation_id(pending_id)
+    return _reply(root.engine().answer(pending_id, body.answer, auth.current(router)), wait)
+
+
+@router.get(
+    "/pending-approvals",
+    summary="Open pending items of the caller's tenants (the poll surface)",
+    responses=answers({200: m.PendingList}, 400, 403),
+)
+def list_pending(
+    agent: Annotated[
+        str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent's items")
+    ] = None,
+    tenant: Annotated[str | None, Query(pattern=m.TENANT_PATTERN, description="only this tenant's")] = None,
+) -> Response[m.PendingList]:
+    items = root.engine().open_items(agent=agent, tenant=tenant, who=auth.current(router))
+    return web.reply(200, {"items": items})
+
+
+def _reply(res: Resolution, wait: float | None) -> Response[m.ResolveOutcome]:
+    if wait and not res.already_resolved and res.outstanding == 0 and not res.denied and res.turn_id:
+        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait)))
+    return web.reply(*views.resolution(res))

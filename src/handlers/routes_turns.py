@@ -1,0 +1,88 @@
+"""Routes that start and inspect turns: messages, a turn, cancel, a session's history."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+
+from handlers import auth, budget, root, web
+from handlers.observability import logger
+from handlers.openapi import answers
+from loopengine import api_models as m
+from loopengine import views
+
+router = Router()  # type: ignore[no-untyped-call]
+
+TurnId = Annotated[str, Path(alias="turnId", pattern=m.TURN_ID_PATTERN, description="trn_ + 32 hex")]
+Agent = Annotated[
+    str, Path(pattern=m.AGENT_PATTERN, description="the agent's name", examples=["customer-service"])
+]
+SessionId = Annotated[str, Path(alias="sessionId", pattern=m.CLIENT_ID_PATTERN)]
+
+
+@router.post(
+    "/agents/<agent>/messages",
+    summary="Send a message: run a turn until it finishes, pauses for a human, or runs out of budget",
+    responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 503),
+)
+def post_message(agent: Agent, body: Annotated[m.MessageRequest, Body()]) -> Response[m.TurnOutcome]:
+    out = root.engine().send_message(
+        agent,
+        body.message,
+        session_id=body.sessionId or None,
+        tenant=body.tenant or None,
+        budget_seconds=budget.seconds(router.lambda_context),
+        sender=auth.current(router),
+        remaining_seconds=budget.remaining(router.lambda_context),
+        live=body.live,
+    )
+    logger.set_correlation_id(out.turn_id)
+    return web.reply(*views.turn_outcome(out))
+
+
+@router.get(
+    "/turns/<turnId>",
+    summary="A turn: status, pending items, audit trail",
+    responses=answers({200: m.TurnView}, 404),
+)
+def get_turn(turn_id: TurnId) -> Response[m.TurnView]:
+    who, engine = auth.current(router), root.engine()
+    turn = engine.turn(turn_id, who)
+    return web.reply(200, views.turn_view(turn, engine.outcome(turn_id), engine.audit(turn_id, who)))
+
+
+@router.get(
+    "/turns/<turnId>/events",
+    summary="A turn's events after a sequence number, long-polled (SSE under loopengine dev)",
+    responses=answers({200: m.TurnEvents}, 400, 404),
+)
+def turn_events(
+    turn_id: TurnId,
+    after: Annotated[int, Query(ge=0, le=10**9, description="the last seq seen (0: from the start)")] = 0,
+    wait: Annotated[float, Query(ge=0, le=m.MAX_WAIT_SECONDS, description="wait up to S seconds")] = 0.0,
+) -> Response[m.TurnEvents]:
+    found = root.engine().events(turn_id, after, wait, auth.current(router))
+    return web.reply(200, views.turn_events(*found))
+
+
+@router.post(
+    "/turns/<turnId>/cancel",
+    summary="Stop a running or parked turn (side effects already sent are not unsaid)",
+    responses=answers({200: m.Cancelled, 202: m.Cancelled}, 403, 404, 415),
+)
+def cancel_turn(turn_id: TurnId) -> Response[m.Cancelled]:
+    logger.set_correlation_id(turn_id)
+    return web.reply(*views.cancelled(root.engine().cancel(turn_id, auth.current(router))))
+
+
+@router.get(
+    "/sessions/<sessionId>",
+    summary="A session's durable history",
+    responses=answers({200: m.SessionView}, 404),
+)
+def get_session(session_id: SessionId) -> Response[m.SessionView]:
+    history = root.engine().history(session_id, auth.current(router))
+    return web.reply(200, views.session_view(session_id, history))
