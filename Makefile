@@ -68,7 +68,7 @@ test: lint typecheck pytest
 
 # docs/openapi.json: the OpenAPI document generated from the routes' models (a test checks it is current)
 openapi: $(RUNTIME)
-	$(BIN)/python -m handlers.openapi > docs/openapi.json
+	$(BIN)/python -m loopengine.http.openapi > docs/openapi.json
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

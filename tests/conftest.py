@@ -1,6 +1,6 @@
 """Fixtures shared by the handler tests: an engine installed for the handlers, and its environment.
 
-``install_root`` builds the bundled agents the way a deployment does (:func:`handlers.root.build`);
+``install_root`` builds the bundled agents the way a deployment does (:func:`loopengine.http.root.build`);
 ``install_harness`` builds agents defined in the test on a :mod:`tests.harness` Harness. Both set
 :data:`HANDLER_ENV` (and clear what would change the routes' behaviour), install the engine with
 ``root.install`` for the handlers, and afterwards uninstall it and close its stores.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from handlers import root
 from loopengine.agent import AgentConfig
 from loopengine.engine import Engine
+from loopengine.http import root
 from loopengine.ports import ModelClient, ResumeInvoker
 from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness

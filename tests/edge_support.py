@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from handlers import api, root
 from loopengine.clock import FakeClock
 from loopengine.engine import Engine
+from loopengine.http import api, root
 from loopengine.invokers import InlineInvoker
 from loopengine.messages import ToolResultBlock
 from loopengine.models.scripted import ScriptedModel, call, say, use

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from handlers import api
 from loopengine.errors import AgentUnavailable
+from loopengine.http import api
 from loopengine.invokers import InlineInvoker
 from loopengine.registry import AgentRegistry
 from tests.agent_folders import AGENT_YAML, RULES_YAML, TOOLS_PY, calls, write_agent

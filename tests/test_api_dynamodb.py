@@ -1,6 +1,6 @@
 """The api and resume handlers on DynamoDB (moto), built through the real composition root.
 
-``LOOPENGINE_TABLE`` is set, so :func:`handlers.root.build` picks the DynamoDB stores exactly as a
+``LOOPENGINE_TABLE`` is set, so :func:`loopengine.http.root.build` picks the DynamoDB stores exactly as a
 deployment does; only the invoker is replaced by a :class:`RecordingInvoker`, so each test delivers
 the resume Lambda's events itself (events/resume.json), as many times as it likes.
 
@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from handlers import api, resume, root
 from loopengine.engine import Engine
 from loopengine.errors import VersionConflict
+from loopengine.http import api, resume, root
 from loopengine.invokers import RecordingInvoker
 from loopengine.messages import Message, check_protocol
 from loopengine.stores.dynamodb import DynamoCheckpointStore
@@ -66,7 +66,7 @@ class Deployment:
 
 @pytest.fixture
 def dep(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
-    """GIVEN the handlers' engine built by handlers.root from an environment naming a moto table."""
+    """GIVEN the handlers' engine built by loopengine.http.root from an environment naming a moto table."""
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     for name in UNSET:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from handlers import api, resume, schedule
 from loopengine.engine import Engine
+from loopengine.http import api, resume, schedule
 from loopengine.invokers import RecordingInvoker
 from tests.handler_support import (
     PLACEHOLDER_TURN,

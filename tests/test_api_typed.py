@@ -16,10 +16,10 @@ from typing import Any, get_args
 
 import pytest
 
-from handlers import api, openapi
 from loopengine import api_models as m
 from loopengine import views
 from loopengine.engine import ApprovalDecision, ApprovalScope, Engine
+from loopengine.http import api, openapi
 from loopengine.invokers import RecordingInvoker
 from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
 
@@ -65,7 +65,7 @@ def _get(path: str, user: str | None = "admin") -> dict[str, Any]:
 def test_committed_openapi_document_is_current() -> None:
     assert DOC.read_text() == openapi.render(api.app), (
         "docs/openapi.json is out of date: regenerate it with `make openapi` "
-        "(.venv/bin/python -m handlers.openapi > docs/openapi.json)"
+        "(.venv/bin/python -m loopengine.http.openapi > docs/openapi.json)"
     )
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from handlers import api, auth
 from loopengine.dev import LocalContext, to_event
+from loopengine.http import api, auth
 from loopengine.messages import Message
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.ports import ModelRequest, ModelResponse

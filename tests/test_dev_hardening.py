@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from handlers import web
 from loopengine import dev, dev_guard
+from loopengine.http import web
 from loopengine.magic import issue_token
 from tests.dev_support import DevProcess, free_port, request
 

@@ -16,10 +16,10 @@ from urllib.parse import parse_qs, urlencode
 
 import pytest
 
-from handlers import api, root
-from handlers import slack as slack_handler
-from handlers.observability import logger as powertools_logger
 from loopengine.engine import Engine
+from loopengine.http import api, root
+from loopengine.http import slack as slack_handler
+from loopengine.http.observability import logger as powertools_logger
 from loopengine.invokers import InlineInvoker, RecordingInvoker
 from loopengine.magic import issue_token
 from loopengine.notify.receiver import WebhookReceiver

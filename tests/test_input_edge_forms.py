@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from handlers import api
-from handlers import slack as slack_handler
 from loopengine import jsonsafe
 from loopengine.errors import InvalidInput
+from loopengine.http import api
+from loopengine.http import slack as slack_handler
 from loopengine.magic import SECRET_ENV as MAGIC_SECRET_ENV
 from loopengine.magic import issue_token
 from loopengine.slack import sign_slack

@@ -17,7 +17,7 @@ import pytest
 import loopengine
 
 PACKAGE = Path(loopengine.__file__).parent
-ADAPTER_PACKAGES = {"stores", "models", "notify", "aws"}
+ADAPTER_PACKAGES = {"stores", "models", "notify", "aws", "http"}
 COMPOSITION_FILES = {"bootstrap.py", "cli.py", "demo.py", "dev.py"}
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools"}
 

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import api
 from loopengine.engine import Engine
 from loopengine.errors import InvalidInput, StoreError
+from loopengine.http import api
 from loopengine.invokers import InlineInvoker
 from loopengine.magic import (
     InvalidMagicLink,

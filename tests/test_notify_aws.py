@@ -26,13 +26,13 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from handlers import root
 from loopengine import magic
 from loopengine.batch import pending_notification
 from loopengine.checkpoint import PendingItem
 from loopengine.clock import FakeClock
 from loopengine.engine import Engine
 from loopengine.errors import ConfigError, DeliveryError
+from loopengine.http import root
 from loopengine.invokers import InlineInvoker
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.notify import channels

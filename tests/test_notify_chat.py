@@ -23,11 +23,11 @@ from urllib.parse import parse_qs, urlencode
 
 import pytest
 
-from handlers import api, root
-from handlers import slack as slack_handler
 from loopengine import magic
 from loopengine.clock import FakeClock
 from loopengine.errors import ConfigError, DeliveryError
+from loopengine.http import api, root
+from loopengine.http import slack as slack_handler
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.notify import channels
 from loopengine.notify.lark import LarkNotifier, sign

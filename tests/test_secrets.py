@@ -1,6 +1,6 @@
 """Secrets read at runtime from Secrets Manager (moto), cached, rotated without a redeploy.
 
-``handlers.secrets.environ()`` answers ``NAME`` from the secret that ``<BASE>_SECRET_ARN`` names,
+``loopengine.http.secrets.environ()`` answers ``NAME`` from the secret that ``<BASE>_SECRET_ARN`` names,
 and plain ``NAME`` where no such variable is set (local use). Through the api handler: Basic
 credentials and the magic-link key come from Secrets Manager; a rotated password is taken once the
 cache ages out, with the same engine (no new deployment, no cold start).
@@ -18,9 +18,9 @@ import pytest
 from aws_lambda_powertools.utilities.parameters import base as parameters_base
 from moto import mock_aws
 
-from handlers import api, secrets
 from loopengine.bootstrap import ModelChooser
 from loopengine.errors import ConfigError
+from loopengine.http import api, secrets
 from loopengine.invokers import RecordingInvoker
 from loopengine.magic import issue_token
 from loopengine.models.anthropic import AnthropicModel

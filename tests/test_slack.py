@@ -27,12 +27,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers import api, root
-from handlers import slack as slack_handler
-from handlers.slack import NOT_AN_APPROVER
 from loopengine.agent import AgentConfig
 from loopengine.engine import Engine
 from loopengine.errors import DeliveryError, InvalidInput
+from loopengine.http import api, root
+from loopengine.http import slack as slack_handler
+from loopengine.http.slack import NOT_AN_APPROVER
 from loopengine.invokers import InlineInvoker, RecordingInvoker
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.notify.slack_reply import post_reply
@@ -621,7 +621,7 @@ def test_no_secret_configured_is_503_and_nothing_is_decided(
 
 
 def test_a_rotated_secret_applies_without_a_restart(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the secret is read per request through handlers.secrets (in AWS: Secrets Manager, cached),
+    # the secret is read per request through loopengine.http.secrets (in AWS: Secrets Manager, cached),
     # so a rotation needs no redeploy (issue 8); the old secret stops working
     paused = pause_refund()
     pending = paused["pendingItems"][0]["pendingId"]

@@ -22,7 +22,7 @@ from samtranslator.translator.managed_policy_translator import ManagedPolicyLoad
 from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
-from handlers import secrets
+from loopengine.http import secrets
 from tests.design_routes import DESIGN_ROUTES, PUBLIC_ROUTES
 
 ROOT = Path(__file__).resolve().parent.parent

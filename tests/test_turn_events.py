@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from handlers import api
 from loopengine.errors import NotFound
+from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.principals import Principal
 from loopengine.registry import AgentRegistry

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from handlers import api, resume, root, schedule
 from loopengine.agent import AgentConfig
 from loopengine.aws.lambda_invoker import LambdaInvoker
+from loopengine.http import api, resume, root, schedule
 from loopengine.invokers import RecordingInvoker
 from loopengine.messages import Message, check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use

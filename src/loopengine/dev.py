@@ -30,14 +30,14 @@ from loopengine.dev_http import to_event as to_event
 
 def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent server handles Ctrl-C
-    from handlers import api, root
+    from loopengine.http import api, root
 
     assert api.handler is not None
     root.engine()  # pay the cold start before the first request, like a provisioned environment
 
 
 def _invoke(event: dict[str, Any]) -> dict[str, Any]:
-    from handlers import api
+    from loopengine.http import api
 
     result: dict[str, Any] = api.handler(event, LocalContext())
     return result
@@ -45,7 +45,7 @@ def _invoke(event: dict[str, Any]) -> dict[str, Any]:
 
 def _sweep() -> tuple[int, int, int]:
     """One sweep in this environment (its re-invoked resumes run on its background threads)."""
-    from handlers import root
+    from loopengine.http import root
 
     done = root.engine().sweep()
     return done.expired, done.recovered, done.notified

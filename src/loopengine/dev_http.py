@@ -28,7 +28,7 @@ TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 LISTEN_BACKLOG = 1024
 """Pending connections the kernel queues for accept() (socketserver's default of 5 reset bursts)."""
 MAX_BODY_BYTES = 256 * 1024
-"""The API's body limit (``handlers.web.MAX_BODY_BYTES``): larger is 413 before a byte is read."""
+"""The API's body limit (``loopengine.http.web.MAX_BODY_BYTES``): larger is 413 before a byte is read."""
 READ_TIMEOUT = 10.0
 """Seconds a client has to send a whole request (``--read-timeout``)."""
 

@@ -20,13 +20,13 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import openapi, root, secrets, web
-from handlers.observability import logger
 from loopengine import errors
 from loopengine import magic_form as forms
 from loopengine import magic_pages as pages
 from loopengine.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.engine import Engine
+from loopengine.http import openapi, root, secrets, web
+from loopengine.http.observability import logger
 from loopengine.magic import CHANNEL, SECRET_ENV, InvalidMagicLink, MagicClaims, MagicLinkReason, verify_token
 from loopengine.resolution import Decider
 from loopengine.tools import Tool

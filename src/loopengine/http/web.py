@@ -1,7 +1,7 @@
 """HTTP plumbing for the api handler: auth, request data at the edge, and the one error-to-status table.
 
 Request data enters only through :func:`raw_body`, :func:`json_body` (which Powertools' request
-validation reads JSON bodies through, :mod:`handlers.validation`), :func:`form_body` and the
+validation reads JSON bodies through, :mod:`loopengine.http.validation`), :func:`form_body` and the
 :func:`edge` middleware (query strings and paths), so DESIGN.md's input hygiene holds on every
 route: invalid UTF-8, lone surrogates, JSON nested deeper than 64 levels and non-finite numbers are
 400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.jsonsafe`).

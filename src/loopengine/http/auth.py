@@ -16,7 +16,7 @@ principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first 
 A request may name the channel it decides through in ``X-Loopengine-Channel`` (only ``live``, the
 inline decisions of ``loopengine chat``); the audit trail records it with each decision.
 
-Credentials are read per request through :func:`handlers.secrets.environ` (in AWS from Secrets
+Credentials are read per request through :func:`loopengine.http.secrets.environ` (in AWS from Secrets
 Manager, cached). Passwords are compared in constant time, and every configured user is compared,
 so the time taken does not say which user names exist.
 """
@@ -37,9 +37,9 @@ from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from handlers import secrets
-from handlers.web import HttpError
 from loopengine.errors import ConfigError
+from loopengine.http import secrets
+from loopengine.http.web import HttpError
 from loopengine.principals import OPERATOR, Principal
 
 PUBLIC_EXACT = ("/health",)

@@ -1,6 +1,6 @@
 """The composition root: read the environment once per cold start and build the engine.
 
-The environment is :func:`handlers.secrets.environ`: secrets named by ``..._SECRET_ARN`` variables
+The environment is :func:`loopengine.http.secrets.environ`: secrets named by ``..._SECRET_ARN`` variables
 are read from Secrets Manager when first needed (and re-read after their cache age).
 
 Every handler gets its Engine from :func:`engine`. Tests and ``loopengine dev`` install their own
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from handlers import secrets
 from loopengine.bootstrap import build_runtime
 from loopengine.engine import Engine
+from loopengine.http import secrets
 from loopengine.invokers import ThreadInvoker
 from loopengine.ports import ResumeInvoker
 
@@ -34,7 +34,7 @@ def _invoker(env: Mapping[str, str]) -> tuple[ResumeInvoker, ThreadInvoker | Non
 def build(env: Mapping[str, str]) -> Engine:
     """An Engine for this environment (Lambda invoker in AWS, background threads locally)."""
     invoker, local = _invoker(env)
-    from handlers.observability import observe
+    from loopengine.http.observability import observe
 
     engine = Engine(build_runtime(env, invoker=invoker))
     engine.rt.observer = observe

@@ -8,7 +8,7 @@ return annotation. Two things it does not do on its own, done here:
   stranger's bad body would get a 400 instead of the 401 (deny by default), and Powertools'
   ``json.loads`` would see hostile JSON first. :class:`GuardedValidation` takes its place and runs
   the guards (auth, then the edge's path/query hygiene) first; the body of a route that takes one
-  is read through :func:`handlers.web.json_body` (413, strict UTF-8, depth, finite numbers,
+  is read through :func:`loopengine.http.web.json_body` (413, strict UTF-8, depth, finite numbers,
   ``bad_json``), whatever content type the client labelled it with (``curl -d`` says form).
 - **Error shape.** :func:`invalid_request` answers DESIGN.md's 400 ``{"error": "invalid_input",
   "message"}`` naming the field, never Powertools' 422; an id in the path not in the product's
@@ -28,8 +28,8 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from handlers import web
 from loopengine import ids
+from loopengine.http import web
 
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]
 Step = Callable[[Any], Response[Any]]

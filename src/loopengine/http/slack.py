@@ -40,11 +40,11 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from handlers import openapi, root, secrets, web
-from handlers.observability import logger
 from loopengine import slack
 from loopengine.engine import Engine
 from loopengine.errors import DeliveryError, Forbidden, InvalidInput
+from loopengine.http import openapi, root, secrets, web
+from loopengine.http.observability import logger
 from loopengine.notify import slack_reply
 from loopengine.resolution import Decider, Resolution
 from loopengine.slack import SlackAction
@@ -71,7 +71,7 @@ TEAM_ENV = "LOOPENGINE_SLACK_TEAM_ID"
 def signing_secret() -> str | None:
     """The Slack signing secret (None when unset): the environment, or Secrets Manager in AWS.
 
-    Read per request through :func:`handlers.secrets.environ`, whose cache makes that cheap and
+    Read per request through :func:`loopengine.http.secrets.environ`, whose cache makes that cheap and
     lets a rotated secret take effect without a redeploy. Never logged.
     """
     return secrets.environ().get(SECRET_ENV) or None

@@ -1,0 +1,60 @@
+"""The ``api`` Lambda: every route of DESIGN.md's HTTP API (API Gateway HTTP API, payload 2.0).
+
+Thin by design: parse, call the engine, reply. The routes live in small routers; Powertools
+validates requests and responses against :mod:`loopengine.api_models` (:mod:`loopengine.http.validation`
+puts auth and input hygiene in front of that), and errors map to status codes in ``web.STATUS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from loopengine import api_models as m
+from loopengine.errors import LoopengineError
+from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
+from loopengine.http.magic import router as magic_router
+from loopengine.http.observability import flush, logger, tracer
+from loopengine.http.slack import router as slack_router
+
+# deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
+app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
+for router in (routes_turns.router, routes_pending.router, openapi.router, magic_router, slack_router):
+    app.include_router(router)
+
+
+@app.get(
+    "/health",
+    summary="Liveness",
+    security=openapi.PUBLIC,
+    responses=openapi.answers({200: m.Health}, public=True),
+)
+def health() -> Response[m.Health]:
+    return web.reply(200, {"status": "ok"})
+
+
+@app.not_found
+def not_found(_exc: Exception) -> Response[Any]:
+    path = app.current_event.raw_path
+    return web.reply(
+        404, {"error": "not_found", "message": f"no route {app.current_event.http_method} {path}"}
+    )
+
+
+@app.exception_handler(Exception)  # type: ignore[untyped-decorator]
+def on_error(exc: Exception) -> Response[Any]:
+    if not isinstance(exc, web.HttpError | LoopengineError):
+        logger.exception("unhandled error")
+    return web.error_reply(exc)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point."""
+    try:
+        return app.resolve(event, context)
+    finally:
+        flush()
