@@ -41,6 +41,24 @@ def request(
             return err.code, json.loads(err.read())
 
 
+def admin_env(db: Path, **extra: str) -> dict[str, str]:
+    """The environment of a local server on SQLite ``db`` with the scripted model and ``admin:secret``.
+
+    Whatever in the test run's own environment would pick DynamoDB, add a default webhook or open
+    the routes to anonymous callers is removed.
+    """
+    env = {
+        **os.environ,
+        "LOOPENGINE_DB": str(db),
+        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
+        "LOOPENGINE_MODEL": "scripted",
+        **extra,
+    }
+    for name in ("LOOPENGINE_TABLE", "LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_ALLOW_ANONYMOUS"):
+        env.pop(name, None)
+    return env
+
+
 def _default_sigint() -> None:
     """In the child: Ctrl-C stops it even when the test run was started with SIGINT ignored.
 

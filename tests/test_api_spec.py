@@ -9,7 +9,6 @@ responses, so drift fails), auth enforced where declared, invalid data rejected.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.core import NOT_SET
 
-from tests.dev_support import AUTH, DevProcess, free_port
+from tests.dev_support import AUTH, DevProcess, admin_env, free_port
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 MAX_EXAMPLES = 15
@@ -39,15 +38,7 @@ OPERATIONS = {op.label: op for op in (result.ok() for result in SCHEMA.get_all_o
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     tmp = tmp_path_factory.mktemp("spec-dev")
-    env = {
-        **os.environ,
-        "LOOPENGINE_DB": str(tmp / "dev.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-    }
-    for name in ("LOOPENGINE_TABLE", "LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_ALLOW_ANONYMOUS"):
-        env.pop(name, None)
-    srv = DevProcess(env, free_port(), tmp / "dev.log")
+    srv = DevProcess(admin_env(tmp / "dev.db"), free_port(), tmp / "dev.log")
     srv.start()
     yield srv
     srv.stop()

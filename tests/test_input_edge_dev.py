@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from loopengine.dev import LISTEN_BACKLOG, to_event
-from tests.dev_support import AUTH, DevProcess, free_port, request
+from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
 
 BURST = 100
 
@@ -27,15 +26,7 @@ BURST = 100
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     tmp = tmp_path_factory.mktemp("edge-dev")
-    env = {
-        **os.environ,
-        "LOOPENGINE_DB": str(tmp / "dev.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-    }
-    for name in ("LOOPENGINE_TABLE", "LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_ALLOW_ANONYMOUS"):
-        env.pop(name, None)
-    srv = DevProcess(env, free_port(), tmp / "dev.log")
+    srv = DevProcess(admin_env(tmp / "dev.db"), free_port(), tmp / "dev.log")
     srv.start()
     yield srv
     srv.stop()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.dev_support import AUTH, DevProcess, free_port, request
+from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
 from tests.pty_support import Terminal
 
 MESSAGE = "Order A-1001 arrived broken."
@@ -27,14 +27,7 @@ MESSAGE = "Order A-1001 arrived broken."
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
-    env = {
-        **os.environ,
-        "LOOPENGINE_DB": str(tmp_path_factory.mktemp("live") / "dev.db"),
-        "LOOPENGINE_ADMIN_AUTH": "admin:secret",
-        "LOOPENGINE_MODEL": "scripted",
-    }
-    for name in ("LOOPENGINE_TABLE", "LOOPENGINE_DEFAULT_WEBHOOK_URL", "LOOPENGINE_ALLOW_ANONYMOUS"):
-        env.pop(name, None)
+    env = admin_env(tmp_path_factory.mktemp("live") / "dev.db")
     srv = DevProcess(env, free_port(), args=("--workers", "3", "--sweep-interval", "0"))
     srv.start()
     yield srv
