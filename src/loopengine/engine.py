@@ -73,49 +73,19 @@ class Engine:
             raise InvalidInput("message must be a non-empty string")
         if len(message) > MAX_MESSAGE_CHARS:
             raise InvalidInput(f"message is longer than {MAX_MESSAGE_CHARS} characters")
-        rt = self.rt
-        who = sender or Decider("system", "message", kind=OPERATOR)
-        config = rt.agents.get(agent)
-        tenant = self._tenant_for(who, tenant, session_id)
-        sid = session_id or new_id("ses_")
-        active = self._active_turns(sid, config, tenant)
         if not isinstance(live, bool):
             raise InvalidInput("live must be true or false")
+        who = sender or Decider("system", "message", kind=OPERATOR)
+        config = self.rt.agents.get(agent)
+        sid = session_id or new_id("ses_")
+        turns = self.rt.stores.turns.session_turns(session_id) if session_id else []  # read once
+        tenant = _tenant_for(who, tenant, sid, turns)
+        active = _active_turns(sid, config, tenant, turns)
         if active and config.on_new_message == "queue":
             return self._queue(config, sid, tenant, trigger, message, live)
         for earlier in active:
             self._make_way(config, earlier, who)
         return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live)
-
-    def _tenant_for(self, who: Decider, named: str | None, session_id: str | None) -> str:
-        """The tenant a message goes to.
-
-        The one named (403 outside the caller's scope), else the session's (an existing session
-        keeps its tenant), else the caller's own.
-        """
-        if named:
-            if not who.sees(named):
-                raise Forbidden(f"{who.id} may not act in tenant {named!r}")
-            return named
-        earlier = self.rt.stores.turns.session_turns(session_id) if session_id else []
-        if earlier:
-            if not who.sees(earlier[0].tenant):
-                raise NotFound(f"no session {session_id!r}")
-            return earlier[0].tenant
-        if who.tenants is None or "" in who.tenants:
-            return ""
-        if len(who.tenants) == 1:
-            return next(iter(who.tenants))
-        raise InvalidInput("tenant is required: you may act in several tenants")
-
-    def _active_turns(self, sid: str, config: AgentConfig, tenant: str) -> list[TurnRecord]:
-        turns = self.rt.stores.turns.session_turns(sid)
-        for earlier in turns:
-            if earlier.tenant != tenant:  # another tenant's session does not exist for this caller
-                raise NotFound(f"no session {sid!r}")
-            if earlier.agent != config.name:
-                raise Conflict(f"session {sid} belongs to agent {earlier.agent!r}")
-        return [t for t in turns if t.status is not TurnStatus.FINISHED]
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
@@ -374,3 +344,34 @@ class Engine:
             pause.wait(step)
             waited += step
             step = min(step * 2, 0.25)
+
+
+def _tenant_for(who: Decider, named: str | None, sid: str, earlier: list[TurnRecord]) -> str:
+    """The tenant a message goes to.
+
+    The one named (403 outside the caller's scope), else the session's (an existing session keeps
+    its tenant; another tenant's session does not exist for the caller), else the caller's own.
+    """
+    if named:
+        if not who.sees(named):
+            raise Forbidden(f"{who.id} may not act in tenant {named!r}")
+        return named
+    if earlier:
+        if not who.sees(earlier[0].tenant):
+            raise NotFound(f"no session {sid!r}")
+        return earlier[0].tenant
+    if who.tenants is None or "" in who.tenants:
+        return ""
+    if len(who.tenants) == 1:
+        return next(iter(who.tenants))
+    raise InvalidInput("tenant is required: you may act in several tenants")
+
+
+def _active_turns(sid: str, config: AgentConfig, tenant: str, earlier: list[TurnRecord]) -> list[TurnRecord]:
+    """The session's unfinished turns (404 for another tenant's session, 409 for another agent's)."""
+    for turn in earlier:
+        if turn.tenant != tenant:  # another tenant's session does not exist for this caller
+            raise NotFound(f"no session {sid!r}")
+        if turn.agent != config.name:
+            raise Conflict(f"session {sid} belongs to agent {turn.agent!r}")
+    return [t for t in earlier if t.status is not TurnStatus.FINISHED]
