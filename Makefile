@@ -33,7 +33,7 @@ $(RUNTIME): pyproject.toml
 	touch $@
 
 # stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
-$(STAMP): $(RUNTIME) pyproject.toml | $(SAM_STAMP)
+$(STAMP): $(RUNTIME) pyproject.toml
 	@echo "== adding the dev tools to $(VENV)"
 	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 80"
 	@echo "   more packages, 400 MB; a minute or two the first time)"
@@ -60,7 +60,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# the SAM CLI environment is built only here, after lint and the type check have had their say
+pytest: $(STAMP) | $(SAM_STAMP)
 	scripts/ensure_chromium.sh
 	$(BIN)/pytest -n $(JOBS)
 

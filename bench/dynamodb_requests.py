@@ -23,11 +23,11 @@ from unittest import mock
 import boto3
 from moto import mock_aws
 
+from loopengine.app.engine import Engine
+from loopengine.app.loop import TurnOutcome
+from loopengine.app.resolution import Decider, Resolution
 from loopengine.bootstrap import build_runtime
-from loopengine.clock import SystemClock
-from loopengine.engine import Engine
-from loopengine.loop import TurnOutcome
-from loopengine.resolution import Decider, Resolution
+from loopengine.domain.clock import SystemClock
 from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores
 
 TABLE = "loopengine-bench"

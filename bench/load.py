@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from tests.dev_support import DevProcess, free_port, request  # noqa: E402
 
-from loopengine.clock import SystemClock  # noqa: E402
-from loopengine.errors import InvalidInput  # noqa: E402
-from loopengine.messages import check_protocol  # noqa: E402
+from loopengine.domain.clock import SystemClock  # noqa: E402
+from loopengine.domain.errors import InvalidInput  # noqa: E402
+from loopengine.domain.messages import check_protocol  # noqa: E402
+from loopengine.domain.turns import TurnStatus  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
-from loopengine.turns import TurnStatus  # noqa: E402
 
 AGENT = "customer-service-load"
 SHIPPED = ROOT / "src" / "agents" / "customer_service"
@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from agents.customer_service import tools as shipped
-from loopengine.tools import Tool
+from loopengine.authoring.tools import Tool
 
 LEDGER = Path(__file__).parent / "ledger.log"
 DELAY = float(os.environ.get("LOAD_TOOL_DELAY") or 0)

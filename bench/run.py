@@ -18,12 +18,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.harness import Calls, StaticAgents, agent  # noqa: E402
 
-from loopengine.clock import SystemClock  # noqa: E402
-from loopengine.engine import Engine  # noqa: E402
-from loopengine.invokers import InlineInvoker  # noqa: E402
+from loopengine.app.engine import Engine  # noqa: E402
+from loopengine.app.invokers import InlineInvoker  # noqa: E402
+from loopengine.app.resolution import Decider  # noqa: E402
+from loopengine.app.runtime import Runtime  # noqa: E402
+from loopengine.domain.clock import SystemClock  # noqa: E402
 from loopengine.models.scripted import ScriptedModel  # noqa: E402
-from loopengine.resolution import Decider  # noqa: E402
-from loopengine.runtime import Runtime  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
 
 PROBE = """
@@ -83,7 +83,7 @@ def main() -> None:
     print("loopengine benchmarks (medians)")
     print("\n-- cold start: importing a handler module in a fresh interpreter --")
     base, _ = cold_import("json")
-    for module in ("handlers.api", "handlers.resume", "loopengine.engine", "anthropic"):
+    for module in ("handlers.api", "handlers.resume", "loopengine.app.engine", "anthropic"):
         dt, heavy = cold_import(module)
         print(f"  import {module:<20} {dt * 1000:7.1f} ms   heavy modules loaded: {heavy or '-'}")
     print(f"  (baseline interpreter import of json: {base * 1000:.1f} ms)")

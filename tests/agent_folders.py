@@ -27,7 +27,7 @@ default_decision: ask
 TOOLS_PY = """\
 from pathlib import Path
 
-from loopengine.tools import Tool
+from loopengine.authoring.tools import Tool
 
 LOG = Path(__file__).parent / "calls.log"
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}

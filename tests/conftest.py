@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from loopengine.agent import AgentConfig
-from loopengine.engine import Engine
+from loopengine.app.engine import Engine
+from loopengine.app.ports import ModelClient, ResumeInvoker
+from loopengine.authoring.agent import AgentConfig
 from loopengine.http import root
-from loopengine.ports import ModelClient, ResumeInvoker
 from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness
 

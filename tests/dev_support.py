@@ -102,7 +102,7 @@ class DevProcess:
         raise RuntimeError(f"loopengine dev could not listen on a free port: {self.log_text()}")
 
     def _start_once(self) -> bool:
-        command = [sys.executable, "-m", "loopengine.cli", "dev", "--port", str(self.port), *self.args]
+        command = [sys.executable, "-m", "loopengine.local.cli", "dev", "--port", str(self.port), *self.args]
         if self.host != "127.0.0.1":
             command += ["--host", self.host]
         with open(self.log or os.devnull, "ab") as out:

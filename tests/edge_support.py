@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker
+from loopengine.app.ports import ModelRequest, ModelResponse, Stores
+from loopengine.app.runtime import Runtime
+from loopengine.authoring.tools import ASK_USER
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.messages import ToolResultBlock
 from loopengine.http import api, root
-from loopengine.invokers import InlineInvoker
-from loopengine.messages import ToolResultBlock
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.ports import ModelRequest, ModelResponse, Stores
-from loopengine.runtime import Runtime
 from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.sqlite import open_sqlite_stores
-from loopengine.tools import ASK_USER
 from tests.contract.conftest import moto_dynamodb
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body

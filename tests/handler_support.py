@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loopengine.dev import LocalContext
-from loopengine.engine import Engine
+from loopengine.app.engine import Engine
+from loopengine.local.dev import LocalContext
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
 PLACEHOLDER_PENDING = "pnd_00000000000000000000000000000000"

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopengine.agent import AgentConfig
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
-from loopengine.errors import NotFound
-from loopengine.gate import RuleSet
-from loopengine.invokers import InlineInvoker, RecordingInvoker
-from loopengine.ports import ModelClient, Notification, ResumeInvoker
-from loopengine.runtime import Runtime
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker, RecordingInvoker
+from loopengine.app.ports import ModelClient, Notification, ResumeInvoker
+from loopengine.app.runtime import Runtime
+from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.tools import Tool, ToolFn
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import NotFound
+from loopengine.domain.gate import RuleSet
 from loopengine.stores.sqlite import open_sqlite_stores
-from loopengine.tools import Tool, ToolFn
 
 ECHO_SCHEMA = {
     "type": "object",

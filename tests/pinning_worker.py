@@ -12,11 +12,11 @@ import json
 import os
 import sys
 
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker
+from loopengine.app.loop import TurnOutcome
+from loopengine.app.resolution import Decider
 from loopengine.bootstrap import build_runtime
-from loopengine.engine import Engine
-from loopengine.invokers import InlineInvoker
-from loopengine.loop import TurnOutcome
-from loopengine.resolution import Decider
 
 
 def _print(out: TurnOutcome, engine: Engine) -> None:

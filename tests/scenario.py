@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loopengine.agent import AgentConfig
-from loopengine.checkpoint import TurnCheckpoint
-from loopengine.messages import Message, check_protocol
-from loopengine.ports import ModelClient
-from loopengine.turns import TurnRecord, TurnStatus
+from loopengine.app.ports import ModelClient
+from loopengine.authoring.agent import AgentConfig
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.messages import Message, check_protocol
+from loopengine.domain.turns import TurnRecord, TurnStatus
 from tests.harness import Harness, make_harness
 
 

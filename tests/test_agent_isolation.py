@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loopengine.errors import AgentUnavailable
+from loopengine.app.invokers import InlineInvoker
+from loopengine.authoring.registry import AgentRegistry
+from loopengine.domain.errors import AgentUnavailable
 from loopengine.http import api
-from loopengine.invokers import InlineInvoker
-from loopengine.registry import AgentRegistry
 from tests.agent_folders import AGENT_YAML, RULES_YAML, TOOLS_PY, calls, write_agent
 from tests.handler_support import InstallRoot, call, load_event, with_body
 
@@ -104,7 +104,7 @@ def test_the_registry_notices_an_edit_of_the_same_size_at_once(tmp_path: Path) -
 
 def test_a_scaffolded_agent_runs_offline_through_the_api(install_root: InstallRoot, tmp_path: Path) -> None:
     extra = tmp_path / "mine"
-    cli = [sys.executable, "-m", "loopengine.cli"]
+    cli = [sys.executable, "-m", "loopengine.local.cli"]
     env = {**os.environ, "LOOPENGINE_AGENTS_PATH": str(extra)}
     made = subprocess.run(
         [*cli, "new-agent", "returns-desk", "--dir", str(extra)], env=env, capture_output=True, text=True

@@ -7,14 +7,14 @@ from typing import get_args
 
 import pytest
 
-from loopengine.agent_schema import CHANNELS, EVENTS
-from loopengine.errors import AgentUnavailable, NotFound
-from loopengine.gate import OPS, Decision
-from loopengine.notify.channels import CHANNELS as NOTIFY_CHANNELS
-from loopengine.registry import AgentRegistry
-from loopengine.rules_schema import Op
-from loopengine.tools import ASK_USER
-from loopengine.yaml_lines import Problem
+from loopengine.authoring.agent_schema import CHANNELS, EVENTS
+from loopengine.authoring.registry import AgentRegistry
+from loopengine.authoring.tools import ASK_USER
+from loopengine.channels.base import CHANNELS as NOTIFY_CHANNELS
+from loopengine.domain.errors import AgentUnavailable, NotFound
+from loopengine.domain.gate import OPS, Decision
+from loopengine.domain.rules import Op
+from loopengine.domain.yaml_lines import Problem
 from tests.agent_folders import AGENT_YAML, RULES_YAML, TOOLS_PY, write_agent
 
 CUSTOMER_SERVICE_HASH = "sha256:2cd5c792b4b7052750ea74a453ba604df83e4a1cb716f283bf2bd15148ad2d7c"
@@ -285,8 +285,8 @@ def test_a_folder_whose_yaml_does_not_parse_still_answers_to_its_name(tmp_path: 
 
 
 def test_docs_explain_every_key_and_op() -> None:
-    from loopengine.agent_schema import AgentFile, NotifierModel
-    from loopengine.rules_schema import IDENTITY_KINDS, RuleModel, RulesFile, WhenModel
+    from loopengine.authoring.agent_schema import AgentFile, NotifierModel
+    from loopengine.domain.rules import IDENTITY_KINDS, RuleModel, RulesFile, WhenModel
 
     docs = (Path(__file__).resolve().parent.parent / "docs" / "agents.md").read_text()
     keys = [*AgentFile.model_fields, *NotifierModel.model_fields, *RulesFile.model_fields]

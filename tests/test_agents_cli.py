@@ -13,7 +13,11 @@ from tests.agent_folders import RULES_YAML, write_agent
 def cli(tmp_path: Path, *args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LOOPENGINE_AGENTS_PATH": path if path is not None else str(tmp_path)}
     return subprocess.run(
-        [sys.executable, "-m", "loopengine.cli", *args], env=env, cwd=tmp_path, capture_output=True, text=True
+        [sys.executable, "-m", "loopengine.local.cli", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
 
 

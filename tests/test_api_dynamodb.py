@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from loopengine.engine import Engine
-from loopengine.errors import VersionConflict
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import RecordingInvoker
+from loopengine.domain.errors import VersionConflict
+from loopengine.domain.messages import Message, check_protocol
 from loopengine.http import api, resume, root
-from loopengine.invokers import RecordingInvoker
-from loopengine.messages import Message, check_protocol
 from loopengine.stores.dynamodb import DynamoCheckpointStore
 from tests.contract.conftest import moto_dynamodb
 from tests.handler_support import FakeContext, call, load_event, with_auth, with_body

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from loopengine.engine import Engine
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import RecordingInvoker
 from loopengine.http import api, resume, schedule
-from loopengine.invokers import RecordingInvoker
 from tests.handler_support import (
     PLACEHOLDER_TURN,
     FakeContext,

@@ -1,6 +1,6 @@
 """The typed API (issue 9): models validate requests and responses, in DESIGN.md's error shape.
 
-Powertools validates every route against :mod:`loopengine.api_models`; these tests pin what the
+Powertools validates every route against :mod:`loopengine.app.api_models`; these tests pin what the
 house adds around it: auth before validation (a stranger learns nothing from a bad body), strict
 JSON before any model, 400 ``invalid_input`` naming the field (never a 422), 404 for ids of the
 wrong form, and a response that drifts from its model is caught (500, logged), not sent. The
@@ -16,11 +16,11 @@ from typing import Any, get_args
 
 import pytest
 
-from loopengine import api_models as m
-from loopengine import views
-from loopengine.engine import ApprovalDecision, ApprovalScope, Engine
+from loopengine.app import api_models as m
+from loopengine.app import views
+from loopengine.app.engine import ApprovalDecision, ApprovalScope, Engine
+from loopengine.app.invokers import RecordingInvoker
 from loopengine.http import api, openapi
-from loopengine.invokers import RecordingInvoker
 from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from loopengine.dev import LocalContext, to_event
+from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.domain.messages import Message
 from loopengine.http import api, auth
-from loopengine.messages import Message
+from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.ports import ModelRequest, ModelResponse
 from tests.harness import Build, Calls, Harness, agent
 
 USERS = [

@@ -13,10 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.messages import check_protocol
+from loopengine.authoring.tools import ASK_USER
+from loopengine.domain.messages import check_protocol
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.tools import ASK_USER
-from loopengine.turns import StopReason, TurnStatus
 from tests.harness import Calls, agent, make_harness
 from tests.scenario import assert_protocol, results, scenario, turn
 

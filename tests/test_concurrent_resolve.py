@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from loopengine.invokers import RecordingInvoker
+from loopengine.app.invokers import RecordingInvoker
+from loopengine.app.resolution import Decider, Resolution
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.resolution import Decider, Resolution
-from loopengine.turns import StopReason, TurnStatus
 from tests.harness import Calls, agent
 from tests.scenario import assert_protocol, history, results, scenario, turn
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from loopengine.agent import AgentConfig
-from loopengine.gate import Decision
+from loopengine.app.resolution import Decider
+from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.registry import AgentRegistry
+from loopengine.authoring.tools import result_text
+from loopengine.domain.gate import Decision
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel
-from loopengine.registry import AgentRegistry
-from loopengine.resolution import Decider
-from loopengine.tools import result_text
-from loopengine.turns import StopReason, TurnStatus
 from tests.scenario import assert_protocol, results, scenario
 
 NAME = "customer-service"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from loopengine.demo import run_demo
+from loopengine.local.demo import run_demo
 
 
 def test_demo_runs_clean(tmp_path: Path) -> None:

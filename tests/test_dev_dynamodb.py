@@ -18,7 +18,7 @@ from unittest import mock
 
 import pytest
 
-from loopengine.messages import Message, check_protocol
+from loopengine.domain.messages import Message, check_protocol
 from loopengine.stores.dynamodb import create_table
 from tests.dev_support import DevProcess, free_port, request
 

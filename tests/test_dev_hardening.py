@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from loopengine import dev, dev_guard
+from loopengine.channels.magic.token import issue_token
 from loopengine.http import web
-from loopengine.magic import issue_token
+from loopengine.local import dev, dev_guard
 from tests.dev_support import DevProcess, free_port, request
 
 READ_TIMEOUT = 1.0

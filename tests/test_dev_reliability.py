@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.messages import Message, check_protocol
+from loopengine.domain.messages import Message, check_protocol
 from tests.agent_folders import write_agent
 from tests.dev_support import DevProcess, free_port, request
 
@@ -35,7 +35,7 @@ BLOCKING_TOOLS = """\
 import time
 from pathlib import Path
 
-from loopengine.tools import Tool
+from loopengine.authoring.tools import Tool
 
 HERE = Path(__file__).parent
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
@@ -71,7 +71,7 @@ ASK_SHIP = "rules:\n  - tool: ship\n    decision: ask\n"
 ROUNDS_TOOLS = """\
 from pathlib import Path
 
-from loopengine.tools import Tool
+from loopengine.authoring.tools import Tool
 
 LOG = Path(__file__).parent / "calls.log"
 SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from loopengine import faults
-from loopengine.agent import AgentConfig
-from loopengine.errors import FatalModelError, RetryableModelError
+from loopengine.app import faults
+from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.app.resolution import Decider
+from loopengine.authoring.agent import AgentConfig
+from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.turns import CallRecord, StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.ports import ModelRequest, ModelResponse
-from loopengine.resolution import Decider
-from loopengine.turns import CallRecord, StopReason, TurnStatus
 from tests.harness import Calls, agent
 from tests.scenario import assert_protocol, checkpoint, events, history, opened, results, scenario, turn
 
@@ -452,7 +452,7 @@ def test_a_model_that_keeps_failing_ends_the_turn_with_error_after_the_bounded_r
 
 
 def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Path) -> None:
-    from loopengine.errors import ConfigError
+    from loopengine.domain.errors import ConfigError
     from loopengine.models.scripted import ScriptedModel, call, use
     from tests.harness import Calls, agent, make_harness
 

@@ -28,13 +28,13 @@ from unittest import mock
 import botocore.endpoint
 import pytest
 
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
-from loopengine.invokers import InlineInvoker
-from loopengine.messages import check_protocol
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker
+from loopengine.app.resolution import Decider
+from loopengine.app.runtime import Runtime
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.resolution import Decider
-from loopengine.runtime import Runtime
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
 from tests.contract.conftest import moto_dynamodb

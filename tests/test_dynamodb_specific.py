@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopengine import checkpoint as transitions
-from loopengine.clock import FakeClock
-from loopengine.errors import AlreadyExists, StoreError, VersionConflict
-from loopengine.ids import new_id
-from loopengine.messages import Message, TextBlock, ToolResultBlock
-from loopengine.ports import Stores
+from loopengine.app.ports import Stores
+from loopengine.domain import checkpoint as transitions
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, sortable
 from loopengine.stores.dynamodb_table import DynamoTable

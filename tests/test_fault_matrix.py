@@ -1,7 +1,7 @@
 """Every crash point x {SQLite, DynamoDB}: each turn reaches a resting state, nothing runs twice.
 
 A worked turn (lookup allowed; refund and then a chained email each need approval) runs with the
-process killed once at one crash point of :mod:`loopengine.faults` (a ``BaseException`` nothing in
+process killed once at one crash point of :mod:`loopengine.app.faults` (a ``BaseException`` nothing in
 the library catches; at ``invoke`` an ordinary exception: the resume invoke fails). Recovery uses
 only the product's own mechanisms: Lambda's redelivery of a failed async resume (two retries), a
 person clicking again after an error, and the sweep after the clock moves on. Never a hand-made
@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from loopengine import faults
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
-from loopengine.messages import check_protocol
+from loopengine.app import faults
+from loopengine.app.engine import Engine
+from loopengine.app.ports import Stores
+from loopengine.app.resolution import Decider
+from loopengine.app.runtime import Runtime
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.messages import check_protocol
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.ports import Stores
-from loopengine.resolution import Decider
-from loopengine.runtime import Runtime
-from loopengine.turns import StopReason, TurnStatus
 from tests.contract.conftest import make_dynamodb, make_sqlite
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from loopengine.bootstrap import DEFAULT_DB
-from loopengine.demo import run_demo, serve_command
+from loopengine.local.demo import run_demo, serve_command
 from tests.dev_support import DevProcess, free_port, request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.errors import ConfigError
-from loopengine.gate import Decision, RuleSet
+from loopengine.domain.errors import ConfigError
+from loopengine.domain.gate import Decision, RuleSet
 
 ARGS: dict[str, Any] = {
     "amount": 150,

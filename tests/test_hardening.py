@@ -16,15 +16,15 @@ from urllib.parse import parse_qs, urlencode
 
 import pytest
 
-from loopengine.engine import Engine
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker, RecordingInvoker
+from loopengine.channels.magic.token import issue_token
+from loopengine.channels.signing import sign, verify_webhook
+from loopengine.channels.slack.interact import parse_interaction, sign_slack
+from loopengine.channels.webhook.verify import WebhookReceiver
 from loopengine.http import api, root
-from loopengine.http import slack as slack_handler
+from loopengine.http import routes_slack as slack_handler
 from loopengine.http.observability import logger as powertools_logger
-from loopengine.invokers import InlineInvoker, RecordingInvoker
-from loopengine.magic import issue_token
-from loopengine.notify.receiver import WebhookReceiver
-from loopengine.notify.signing import sign, verify_webhook
-from loopengine.slack import parse_interaction, sign_slack
 from tests.handler_support import FakeContext, InstallRoot, load_event, with_auth, with_body
 from tests.handler_support import call as http
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from loopengine.domain.ids import new_id
 from loopengine.http import api
-from loopengine.ids import new_id
 from tests.edge_support import STORES, Edge, installed, message_event, pause, send
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.dev import LISTEN_BACKLOG, to_event
+from loopengine.local.dev import LISTEN_BACKLOG, to_event
 from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
 
 BURST = 100

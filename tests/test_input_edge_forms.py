@@ -1,4 +1,4 @@
-"""Input hygiene on the form routes (magic-link POST, Slack interactions) and in :mod:`loopengine.jsonsafe`.
+"""Input hygiene on the form routes (magic-link POST, Slack interactions) and in ``domain/jsonsafe``.
 
 The form routes get the same rules as the JSON routes: the body must be UTF-8 (a ``%``-escape
 too), hold no lone surrogate, and any JSON inside it (a magic-link JSON field, Slack's ``payload``)
@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopengine import jsonsafe
-from loopengine.errors import InvalidInput
+from loopengine.channels.magic.token import SECRET_ENV as MAGIC_SECRET_ENV
+from loopengine.channels.magic.token import issue_token
+from loopengine.channels.slack.interact import sign_slack
+from loopengine.domain import jsonsafe
+from loopengine.domain.errors import InvalidInput
 from loopengine.http import api
-from loopengine.http import slack as slack_handler
-from loopengine.magic import SECRET_ENV as MAGIC_SECRET_ENV
-from loopengine.magic import issue_token
-from loopengine.slack import sign_slack
+from loopengine.http import routes_slack as slack_handler
 from tests.edge_support import Edge, installed, pause, send
 from tests.handler_support import FakeContext, load_event
 

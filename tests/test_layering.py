@@ -1,7 +1,16 @@
-"""Layering: the domain core imports no cloud SDK, HTTP client or model SDK, at any depth.
+"""Layering: the arrows between the packages of ``src/loopengine`` point down, and the core holds no SDK.
 
-Adapters (``stores/``, ``models/``, ``notify/``, ``aws/``) and the composition roots that choose them
-(``bootstrap.py``, ``cli.py``, ``demo.py``, ``dev.py``) may import what they adapt; nothing else may.
+    local/      the developer's tools (dev server, chat, demo, CLI)          may import anything
+    http/       the API Gateway edge (routes parse, call the Engine, reply)  not local/
+    bootstrap   the composition root: picks adapters from settings           not local/, http/
+    channels/   one package per notification channel, both directions        app, authoring, domain
+    stores/ models/ aws/   adapters of the application's ports               app, domain
+    app/        the application: engine, loop, batch, resolution, ...        authoring, domain
+    authoring/  agent definitions: schema, loader, registry, scaffold, Tool   domain
+    domain/     pure: turn and checkpoint state, gate, policies, outcomes     nothing else of the project
+
+The core (domain, authoring, app) imports no cloud SDK, HTTP client, model SDK or Powertools, at any
+depth (function-level imports included).
 """
 
 from __future__ import annotations
@@ -17,52 +26,95 @@ import pytest
 import loopengine
 
 PACKAGE = Path(loopengine.__file__).parent
-ADAPTER_PACKAGES = {"stores", "models", "notify", "aws", "http"}
-COMPOSITION_FILES = {"bootstrap.py", "cli.py", "demo.py", "dev.py"}
-BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools"}
+LAYERS = ("domain", "authoring", "app")
+ALLOWED: dict[str, set[str]] = {
+    "domain": {"domain"},
+    "authoring": {"domain", "authoring"},
+    "app": {"domain", "authoring", "app"},
+    "stores": {"domain", "app", "stores"},
+    "models": {"domain", "app", "models"},
+    "aws": {"domain", "app", "aws"},
+    "channels": {"domain", "authoring", "app", "channels"},
+    "bootstrap": {"domain", "authoring", "app", "stores", "models", "aws", "channels", "bootstrap"},
+    "http": {"domain", "authoring", "app", "stores", "models", "aws", "channels", "bootstrap", "http"},
+}
+BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
+# the package root and its deprecation shim may name any module (they only re-export, lazily)
+ROOT_FILES = {"__init__.py", "_compat.py"}
 
 
-def core_modules() -> list[Path]:
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE)
-        if rel.parts[0] in ADAPTER_PACKAGES or (len(rel.parts) == 1 and rel.name in COMPOSITION_FILES):
-            continue
-        found.append(path)
-    return found
+def room(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-def imported_roots(tree: ast.AST) -> set[str]:
-    """Top-level package of every import anywhere in the tree (functions, try blocks included)."""
-    roots: set[str] = set()
+def modules() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).as_posix() not in ROOT_FILES]
+
+
+def imports(tree: ast.AST, path: Path) -> set[str]:
+    """Every module named by an import anywhere in the tree (functions, try blocks included)."""
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(
+                    ("loopengine", *path.relative_to(PACKAGE).with_suffix("").parts)[: -node.level]
+                )
+                names.add(f"{base}.{node.module}" if node.module else base)
+            elif node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Call):  # importlib.import_module("x") / __import__("x")
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name in ("import_module", "__import__") and node.args:
                 first = node.args[0]
                 if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    roots.add(first.value.split(".")[0])
-    return roots
+                    names.add(first.value)
+    return names
 
 
-def test_the_core_is_what_we_think_it_is() -> None:
-    names = {p.relative_to(PACKAGE).as_posix() for p in core_modules()}
-    for module in ("engine.py", "loop.py", "resolution.py", "batch.py", "gate.py", "checkpoint.py"):
-        assert module in names
-    assert not any(n.startswith(("stores/", "models/", "notify/")) for n in names)
+def project_rooms(names: set[str]) -> set[str]:
+    """The rooms of ``loopengine`` that the names point into (``loopengine.app.loop`` -> ``app``)."""
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] != "loopengine" or len(parts) < 2:
+            continue
+        if (PACKAGE / parts[1]).is_dir() or (PACKAGE / f"{parts[1]}.py").exists():
+            found.add(parts[1])
+    return found
 
 
-@pytest.mark.parametrize("path", core_modules(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_every_module_is_in_a_known_room() -> None:
+    rooms = {room(p) for p in modules()}
+    assert rooms <= set(ALLOWED) | {"local"}, rooms - set(ALLOWED)
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_arrows_point_down(path: Path) -> None:
+    where = room(path)
+    if where == "local":
+        return
+    used = project_rooms(imports(ast.parse(path.read_text(), filename=str(path)), path))
+    assert used <= ALLOWED[where], f"{where} imports {sorted(used - ALLOWED[where])}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in modules() if room(p) in LAYERS],
+    ids=lambda p: p.relative_to(PACKAGE).as_posix(),
+)
 def test_core_module_imports_no_sdk(path: Path) -> None:
-    roots = imported_roots(ast.parse(path.read_text(), filename=str(path)))
+    roots = {n.split(".")[0] for n in imports(ast.parse(path.read_text(), filename=str(path)), path)}
     assert not roots & BANNED, f"{path.name} imports {sorted(roots & BANNED)}"
 
 
-def test_the_checker_sees_nested_imports() -> None:
+def test_the_checker_sees_what_it_must() -> None:
     source = (
         "def f():\n"
         "    try:\n"
@@ -70,14 +122,24 @@ def test_the_checker_sees_nested_imports() -> None:
         "    except ImportError:\n"
         "        from httpx import Client\n"
         "    importlib.import_module('anthropic.types')\n"
+        "    from loopengine import http\n"
     )
-    assert imported_roots(ast.parse(source)) >= {"boto3", "httpx", "anthropic"}
+    names = imports(ast.parse(source), PACKAGE / "domain" / "x.py")
+    assert {n.split(".")[0] for n in names} >= {"boto3", "httpx", "anthropic"}
+    assert project_rooms(names) == {"http"}
+
+
+def test_the_core_is_what_the_design_says() -> None:
+    for module in ("app/engine.py", "app/loop.py", "app/resolution.py", "app/batch.py"):
+        assert (PACKAGE / module).exists()
+    for module in ("turn_state", "checkpoint", "gate", "policy", "outcomes", "messages", "principals"):
+        assert (PACKAGE / "domain" / f"{module}.py").exists()
 
 
 def test_importing_the_core_loads_no_sdk() -> None:
     code = (
         "import json, sys\n"
-        "import loopengine.engine, loopengine.loop, loopengine.resolution, loopengine.views\n"
+        "import loopengine.app.engine, loopengine.app.loop, loopengine.app.resolution, loopengine.app.views\n"
         "print(json.dumps(sorted(m for m in sys.modules)))\n"
     )
     done = subprocess.run(

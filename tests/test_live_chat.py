@@ -149,7 +149,7 @@ def _chat(server: DevProcess, *extra: str) -> Terminal:
     env = {**os.environ, "LOOPENGINE_CHAT_AUTH": "admin:secret"}
     url = f"http://127.0.0.1:{server.port}"
     return Terminal(
-        [sys.executable, "-m", "loopengine.cli", "chat", "customer-service", "--url", url, *extra], env
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "customer-service", "--url", url, *extra], env
     )
 
 
@@ -216,7 +216,7 @@ def test_chat_says_so_when_the_server_is_not_there() -> None:
     env = {**os.environ, "LOOPENGINE_CHAT_AUTH": ""}
     port = free_port()
     term = Terminal(
-        [sys.executable, "-m", "loopengine.cli", "chat", "x", "--url", f"http://127.0.0.1:{port}"], env
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "x", "--url", f"http://127.0.0.1:{port}"], env
     )
     try:
         term.expect(r"cannot reach http://127\.0\.0\.1:\d+.*is `loopengine dev` running")
@@ -228,7 +228,7 @@ def test_chat_says_so_when_the_server_is_not_there() -> None:
 
 def test_chat_refuses_bad_arguments(tmp_path: Path) -> None:
     term = Terminal(
-        [sys.executable, "-m", "loopengine.cli", "chat", "x", "--live-wait", "-1"], dict(os.environ)
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "x", "--live-wait", "-1"], dict(os.environ)
     )
     try:
         term.expect("--live-wait must be a positive number")

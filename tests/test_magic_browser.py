@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.magic import issue_token
+from loopengine.channels.magic.token import issue_token
 from tests.dev_support import DevProcess, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")

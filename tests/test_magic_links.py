@@ -1,4 +1,4 @@
-"""Magic links: the token (loopengine.magic) and the pages behind GET/POST /magic/{token}.
+"""Magic links: the token (loopengine.channels.magic.token) and the pages behind GET/POST /magic/{token}.
 
 Handler tests go through ``api.handler`` with ``events/magic_get.json`` / ``magic_post.json`` (a real
 token substituted for the placeholder). Forms are submitted the way a browser would: every control of
@@ -21,11 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.engine import Engine
-from loopengine.errors import InvalidInput, StoreError
-from loopengine.http import api
-from loopengine.invokers import InlineInvoker
-from loopengine.magic import (
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker
+from loopengine.channels.magic.token import (
     InvalidMagicLink,
     MagicClaims,
     MagicLinkReason,
@@ -33,9 +31,11 @@ from loopengine.magic import (
     magic_url,
     verify_token,
 )
+from loopengine.domain.errors import InvalidInput, StoreError
+from loopengine.domain.policy import Expiry
+from loopengine.domain.turns import StopReason, TurnStatus
+from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.policy import Expiry
-from loopengine.turns import StopReason, TurnStatus
 from tests.handler_support import FakeContext, InstallRoot, load_event, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from loopengine.errors import InvalidInput
-from loopengine.messages import (
+from loopengine.domain.errors import InvalidInput
+from loopengine.domain.messages import (
     Message,
     TextBlock,
     ToolResultBlock,

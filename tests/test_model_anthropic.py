@@ -13,11 +13,11 @@ import anthropic
 import httpx2
 import pytest
 
-from loopengine.errors import FatalModelError, ModelError, RetryableModelError
-from loopengine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from loopengine.app.ports import ModelClient, ModelRequest
+from loopengine.authoring.tools import ASK_USER_SPEC
+from loopengine.domain.errors import FatalModelError, ModelError, RetryableModelError
+from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.models.anthropic import AnthropicModel
-from loopengine.ports import ModelClient, ModelRequest
-from loopengine.tools import ASK_USER_SPEC
 
 API_KEY = "sk-ant-test-0123456789-secret"
 Handler = Callable[[httpx2.Request], httpx2.Response]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopengine.errors import FatalModelError
-from loopengine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from loopengine.app.ports import ModelClient, ModelRequest, ModelResponse
+from loopengine.domain.errors import FatalModelError
+from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.models.scripted import ScriptedModel, call, derived_id, say, use
-from loopengine.ports import ModelClient, ModelRequest, ModelResponse
 
 SCRIPT = [
     call(use("lookup_order", {"order_id": "A-1001"}, text="Let me look that up.")),

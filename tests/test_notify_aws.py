@@ -1,8 +1,8 @@
 """The AWS notifier channels under moto: ``email`` (SES + magic links), ``sns`` and ``queue`` (SQS).
 
 Every notifier is built the way an agent's ``notifier:`` block builds it
-(:func:`loopengine.notify.channels.build`) and sends real ``approval`` / ``question`` /
-``run_finish`` notifications (payloads from :func:`loopengine.batch.pending_notification` and the
+(:func:`loopengine.channels.base.build`) and sends real ``approval`` / ``question`` /
+``run_finish`` notifications (payloads from :func:`loopengine.app.batch.pending_notification` and the
 loop's ``run_finish`` shape). What arrived is read back from moto: SES's sent messages, an SQS
 queue subscribed to the topic with raw message delivery, the queue itself.
 """
@@ -26,24 +26,24 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from loopengine import magic
-from loopengine.batch import pending_notification
-from loopengine.checkpoint import PendingItem
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
-from loopengine.errors import ConfigError, DeliveryError
+from loopengine.app.batch import pending_notification
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker
+from loopengine.app.ports import Notification, Notifier
+from loopengine.app.runtime import Runtime
+from loopengine.authoring.tools import args_hash
+from loopengine.channels import base as channels
+from loopengine.channels.email.send import EmailNotifier
+from loopengine.channels.magic import token as magic
+from loopengine.channels.queue.send import QueueNotifier
+from loopengine.channels.sns.send import SnsNotifier
+from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 from loopengine.http import root
-from loopengine.invokers import InlineInvoker
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.notify import channels
-from loopengine.notify.email import EmailNotifier
-from loopengine.notify.sns import SnsNotifier
-from loopengine.notify.sqs import QueueNotifier
-from loopengine.ports import Notification, Notifier
-from loopengine.runtime import Runtime
 from loopengine.stores.sqlite import open_sqlite_stores
-from loopengine.tools import args_hash
-from loopengine.turns import StopReason, TurnRecord, TurnStatus
 from tests.contract.conftest import FAKE_AWS
 from tests.harness import Calls, StaticAgents, agent
 from tests.test_magic_links import get_page, post_page
@@ -456,8 +456,8 @@ def test_clients_use_standard_retries_and_are_created_only_on_first_use(aws: Non
 def test_importing_and_building_the_channels_does_not_import_boto3() -> None:
     script = f"""
 import sys
-from loopengine.clock import FakeClock
-from loopengine.notify import channels
+from loopengine.domain.clock import FakeClock
+from loopengine.channels import base as channels
 env = {{"LOOPENGINE_SES_SENDER": "{SENDER}", "LOOPENGINE_MAGIC_LINK_SECRET": "s",
        "LOOPENGINE_PUBLIC_URL": "{PUBLIC_URL}",
        "LOOPENGINE_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:t",

@@ -23,19 +23,19 @@ from urllib.parse import parse_qs, urlencode
 
 import pytest
 
-from loopengine import magic
-from loopengine.clock import FakeClock
-from loopengine.errors import ConfigError, DeliveryError
+from loopengine.app.ports import Notification
+from loopengine.authoring.tools import ASK_USER
+from loopengine.channels import base as channels
+from loopengine.channels.lark.send import LarkNotifier, sign
+from loopengine.channels.magic import token as magic
+from loopengine.channels.slack.interact import parse_button_value, parse_interaction, sign_slack
+from loopengine.channels.slack.send import SlackNotifier
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
-from loopengine.http import slack as slack_handler
+from loopengine.http import routes_slack as slack_handler
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.notify import channels
-from loopengine.notify.lark import LarkNotifier, sign
-from loopengine.notify.slack_post import SlackNotifier
-from loopengine.ports import Notification
-from loopengine.slack import parse_button_value, parse_interaction, sign_slack
-from loopengine.tools import ASK_USER
-from loopengine.turns import StopReason, TurnStatus
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body
 from tests.harness import Calls, agent, make_harness

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loopengine import outbox
+from loopengine.app.resolution import Decider
+from loopengine.domain import outbox
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.resolution import Decider
 from tests.harness import Calls, agent
 from tests.scenario import events, scenario
 

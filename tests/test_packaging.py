@@ -36,7 +36,7 @@ def test_the_wheel_holds_only_the_loopengine_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert top == {"loopengine"}, top
-    assert "loopengine/http/api.py" in names and "loopengine/dev.py" in names
+    assert "loopengine/http/api.py" in names and "loopengine/local/dev.py" in names
 
 
 def test_the_library_never_imports_the_lambda_shims_or_the_example_agents() -> None:

@@ -244,7 +244,7 @@ def _function_for(name: str, event: dict[str, Any], by_route: dict[str, str | No
 # with the event and a Lambda-like context, write what it returned to a file.
 INVOKE = """
 import importlib, json, sys
-from loopengine.dev import LocalContext
+from loopengine.local.dev import LocalContext
 handler, event_file, out_file, name, timeout = sys.argv[1:6]
 module, _, attr = handler.rpartition(".")
 fn = getattr(importlib.import_module(module), attr)

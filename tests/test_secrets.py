@@ -18,13 +18,13 @@ import pytest
 from aws_lambda_powertools.utilities.parameters import base as parameters_base
 from moto import mock_aws
 
+from loopengine.app.invokers import RecordingInvoker
+from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import ModelChooser
-from loopengine.errors import ConfigError
+from loopengine.channels.magic.token import issue_token
+from loopengine.domain.errors import ConfigError
 from loopengine.http import api, secrets
-from loopengine.invokers import RecordingInvoker
-from loopengine.magic import issue_token
 from loopengine.models.anthropic import AnthropicModel
-from loopengine.registry import AgentRegistry
 from tests.handler_support import InstallRoot, load_event, with_auth
 from tests.handler_support import call as http
 

@@ -27,18 +27,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.agent import AgentConfig
-from loopengine.engine import Engine
-from loopengine.errors import DeliveryError, InvalidInput
-from loopengine.http import api, root
-from loopengine.http import slack as slack_handler
-from loopengine.http.slack import NOT_AN_APPROVER
-from loopengine.invokers import InlineInvoker, RecordingInvoker
-from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.notify.slack_reply import post_reply
-from loopengine.policy import Expiry
-from loopengine.resolution import Decider
-from loopengine.slack import (
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import InlineInvoker, RecordingInvoker
+from loopengine.app.resolution import Decider
+from loopengine.authoring.agent import AgentConfig
+from loopengine.channels.slack.interact import (
     SlackAction,
     SlackRejectReason,
     SlackVerificationError,
@@ -48,7 +41,14 @@ from loopengine.slack import (
     sign_slack,
     verify_slack,
 )
-from loopengine.turns import StopReason, TurnStatus
+from loopengine.channels.slack.reply import post_reply
+from loopengine.domain.errors import DeliveryError, InvalidInput
+from loopengine.domain.policy import Expiry
+from loopengine.domain.turns import StopReason, TurnStatus
+from loopengine.http import api, root
+from loopengine.http import routes_slack as slack_handler
+from loopengine.http.routes_slack import NOT_AN_APPROVER
+from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import PLACEHOLDER_PENDING, InstallRoot, load_event, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from loopengine import lifecycle
-from loopengine.clock import FakeClock
-from loopengine.engine import Engine
-from loopengine.invokers import RecordingInvoker
+from loopengine.app import lifecycle
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import RecordingInvoker
+from loopengine.app.ports import Stores
+from loopengine.app.resolution import Decider
+from loopengine.app.runtime import Runtime
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.turns import TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.ports import Stores
-from loopengine.resolution import Decider
-from loopengine.runtime import Runtime
 from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.sqlite import open_sqlite_stores
-from loopengine.turns import TurnStatus
 from tests.contract.conftest import moto_dynamodb
 from tests.harness import Calls, StaticAgents, agent
 

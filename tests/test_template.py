@@ -387,7 +387,7 @@ def _statements(transformed: dict[str, Any], function: str) -> list[dict[str, An
 
 
 def test_every_function_can_reach_the_sns_and_queue_notifier_channels(transformed: dict[str, Any]) -> None:
-    # notifier channels `sns` and `queue` default to these variables (loopengine.notify.sns / .sqs)
+    # notifier channels `sns` and `queue` default to these variables (loopengine.channels.sns.send / .sqs)
     for name in ("ApiFunction", "ResumeFunction", "ScheduleFunction"):
         env = transformed["Resources"][name]["Properties"]["Environment"]["Variables"]
         assert env["LOOPENGINE_SNS_TOPIC_ARN"] == {"Ref": "Topic"}, name

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from loopengine.errors import NotFound
+from loopengine.authoring.registry import AgentRegistry
+from loopengine.domain.errors import NotFound
+from loopengine.domain.principals import Principal
 from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.principals import Principal
-from loopengine.registry import AgentRegistry
 from tests.agent_folders import AGENT_YAML, write_agent
 from tests.handler_support import call as call_handler
 from tests.handler_support import load_event, with_auth, with_body

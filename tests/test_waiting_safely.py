@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from loopengine.agent import AgentConfig
+from loopengine.app.invokers import RecordingInvoker
+from loopengine.authoring.agent import AgentConfig
 from loopengine.aws.lambda_invoker import LambdaInvoker
+from loopengine.domain.messages import Message, check_protocol
+from loopengine.domain.policy import Expiry
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, resume, root, schedule
-from loopengine.invokers import RecordingInvoker
-from loopengine.messages import Message, check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.policy import Expiry
-from loopengine.turns import StopReason, TurnStatus
 from tests.handler_support import FakeContext, load_event, with_auth, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent

@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.clock import FakeClock
-from loopengine.errors import ConfigError, DeliveryError
-from loopengine.notify.receiver import WebhookReceiver
-from loopengine.notify.signing import (
+from loopengine.app.ports import Notification
+from loopengine.channels.signing import (
     RejectReason,
     WebhookVerificationError,
     sign,
     signature_header,
     verify_webhook,
 )
-from loopengine.notify.webhook import USER_AGENT, WebhookNotifier, from_env
-from loopengine.ports import Notification
+from loopengine.channels.webhook.send import USER_AGENT, WebhookNotifier, from_env
+from loopengine.channels.webhook.verify import WebhookReceiver
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import ConfigError, DeliveryError
 
 SECRET = "whsec-s3cr3t-do-not-leak"
 T0 = 1_800_000_000
@@ -314,7 +314,7 @@ def test_repr_never_shows_the_secret() -> None:
 
 def test_importing_the_module_does_not_import_httpx() -> None:
     code = (
-        "import sys, loopengine.notify.webhook, loopengine.notify.receiver\n"
+        "import sys, loopengine.channels.webhook.send, loopengine.channels.webhook.verify\n"
         "assert 'httpx' not in sys.modules, 'httpx imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -363,7 +363,7 @@ def test_receiver_rejects_a_stale_delivery() -> None:
 
 
 def test_receiver_uses_the_system_clock_by_default() -> None:
-    from loopengine.clock import SystemClock
+    from loopengine.domain.clock import SystemClock
 
     with WebhookReceiver(SECRET) as rx:
         WebhookNotifier(rx.url, SECRET, clock=SystemClock()).send(notification("run_finish"))

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from loopengine.checkpoint import PendingItem
-from loopengine.loop import merged
-from loopengine.messages import Message
+from loopengine.app.loop import merged
+from loopengine.app.resolution import Decider
+from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.messages import Message
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from loopengine.resolution import Decider
-from loopengine.turns import StopReason, TurnStatus
 from tests.harness import Calls, Harness, agent
 from tests.scenario import assert_protocol, checkpoint, events, history, results, scenario, turn
 

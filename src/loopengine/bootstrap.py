@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopengine.agent import AgentConfig
-from loopengine.clock import Clock, SystemClock
-from loopengine.errors import ConfigError
-from loopengine.ports import ModelClient, Notifier, ResumeInvoker, Stores
-from loopengine.registry import AgentRegistry
-from loopengine.runtime import Runtime
+from loopengine.app.ports import ModelClient, Notifier, ResumeInvoker, Stores
+from loopengine.app.runtime import Runtime
+from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.registry import AgentRegistry
+from loopengine.domain.clock import Clock, SystemClock
+from loopengine.domain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from loopengine.app.engine import Engine
 
 DEFAULT_DB = ".loopengine/loopengine.db"
 TIMINGS = {
@@ -107,10 +110,10 @@ class NotifierChooser:
 
     def _build(self, block: dict[str, Any] | None) -> Notifier | None:
         if not block:
-            from loopengine.notify.webhook import from_env
+            from loopengine.channels.webhook.send import from_env
 
             return from_env(self._env, self._clock)
-        from loopengine.notify.channels import build
+        from loopengine.channels.base import build
 
         return build(block, self._env, self._clock)
 
@@ -139,3 +142,37 @@ def build_runtime(
         handoff_grace=tuned.get("handoff_grace", Runtime.handoff_grace),
         model_retry_seconds=tuned.get("model_retry_seconds", Runtime.model_retry_seconds),
     )
+
+
+def build_engine(
+    env: Mapping[str, str] | None = None,
+    *,
+    stores: Stores | None = None,
+    clock: Clock | None = None,
+    registry: AgentRegistry | None = None,
+    invoker: ResumeInvoker | None = None,
+) -> Engine:
+    """The engine for an application that embeds loopengine (docs/python.md).
+
+    ``env`` holds the settings by their environment names (default: ``os.environ``). Without an
+    ``invoker`` a resume runs inline, in the call that empties a checkpoint's ``outstanding``: right for
+    a script or a test; a server passes a :class:`~loopengine.app.invokers.ThreadInvoker` or its own queue.
+    """
+    import os
+
+    from loopengine.app.engine import Engine
+    from loopengine.app.invokers import InlineInvoker
+
+    inline = InlineInvoker() if invoker is None else None
+    engine = Engine(
+        build_runtime(
+            os.environ if env is None else env,
+            invoker=invoker or inline,  # type: ignore[arg-type]
+            stores=stores,
+            clock=clock,
+            registry=registry,
+        )
+    )
+    if inline is not None:
+        inline.resume = engine.resume
+    return engine

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopengine.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.ids import new_id
-from loopengine.messages import ToolResultBlock
-from loopengine.turns import CallRecord, TurnRecord
+from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import ToolResultBlock
+from loopengine.domain.turns import CallRecord, TurnRecord
 
 T0 = 1_800_000_000.0
 

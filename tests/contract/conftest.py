@@ -1,7 +1,7 @@
 """One contract suite, parametrised by adapter.
 
 An adapter joins the suite by adding one entry to ``ADAPTERS``: a factory that takes a scratch
-directory and the clock and is a context manager yielding ready :class:`~loopengine.ports.Stores`
+directory and the clock and is a context manager yielding ready :class:`~loopengine.app.ports.Stores`
 (and cleaning up after itself: close connections, stop mocks).
 """
 
@@ -17,8 +17,8 @@ from unittest import mock
 
 import pytest
 
-from loopengine.clock import FakeClock
-from loopengine.ports import Stores
+from loopengine.app.ports import Stores
+from loopengine.domain.clock import FakeClock
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.sqlite import SqliteDatabase, sqlite_stores
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopengine import checkpoint as transitions
-from loopengine.checkpoint import PendingItem
-from loopengine.errors import AlreadyExists, VersionConflict
-from loopengine.ids import new_id
-from loopengine.messages import ToolResultBlock
-from loopengine.ports import Stores
+from loopengine.app.ports import Stores
+from loopengine.domain import checkpoint as transitions
+from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import ToolResultBlock
 from tests.contract import T0, checkpoint, item
 
 WHO = {"decidedBy": "ops@example.com", "via": "http"}

@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from loopengine import outbox
-from loopengine.errors import AlreadyExists, VersionConflict
-from loopengine.messages import Message
-from loopengine.ports import Append, Change, Stores
-from loopengine.turns import TurnStatus
+from loopengine.app.ports import Append, Change, Stores
+from loopengine.domain import outbox
+from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.messages import Message
+from loopengine.domain.turns import TurnStatus
 from tests.contract import T0, checkpoint, turn
 
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopengine.errors import VersionConflict
-from loopengine.ids import new_id
-from loopengine.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from loopengine.ports import Stores
+from loopengine.app.ports import Stores
+from loopengine.domain.errors import VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 ASK = Message(
     "assistant",

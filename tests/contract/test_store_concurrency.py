@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from loopengine import checkpoint as transitions
-from loopengine.clock import FakeClock
-from loopengine.errors import ConfigError, StoreError, VersionConflict
-from loopengine.ids import new_id
-from loopengine.messages import Message
-from loopengine.ports import CheckpointStore, SessionStore, Stores
+from loopengine.app.ports import CheckpointStore, SessionStore, Stores
+from loopengine.domain import checkpoint as transitions
+from loopengine.domain.clock import FakeClock
+from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import Message
 from loopengine.stores.sqlite import (
     SqliteCheckpointStore,
     SqliteDatabase,

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from loopengine.errors import AlreadyExists, VersionConflict
-from loopengine.ids import new_id
-from loopengine.ports import Stores
-from loopengine.turns import StopReason, TurnStatus
+from loopengine.app.ports import Stores
+from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.turns import StopReason, TurnStatus
 from tests.contract import T0, call, turn
 
 

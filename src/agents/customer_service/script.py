@@ -16,8 +16,7 @@ import json
 import re
 from typing import Any
 
-from loopengine.messages import Message, TextBlock, ToolUseBlock
-from loopengine.ports import ModelRequest, ModelResponse
+from loopengine import Message, ModelRequest, ModelResponse, TextBlock, ToolUseBlock
 
 ORDER_ID = re.compile(r"\b[A-Z]-\d{4}\b")
 

@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from loopengine.ids import new_id
-from loopengine.tools import Tool, tool_from_model
+from loopengine import Tool, new_id, tool_from_model
 
 ISSUED_REFUNDS: list[dict[str, Any]] = []
 SENT_EMAILS: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """The ``api`` Lambda: every route of DESIGN.md's HTTP API (API Gateway HTTP API, payload 2.0).
 
 Thin by design: parse, call the engine, reply. The routes live in small routers; Powertools
-validates requests and responses against :mod:`loopengine.api_models` (:mod:`loopengine.http.validation`
+validates requests and responses against :mod:`loopengine.app.api_models` (:mod:`loopengine.http.validation`
 puts auth and input hygiene in front of that), and errors map to status codes in ``web.STATUS``.
 """
 
@@ -12,12 +12,12 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from loopengine import api_models as m
-from loopengine.errors import LoopengineError
+from loopengine.app import api_models as m
+from loopengine.domain.errors import LoopengineError
 from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
-from loopengine.http.magic import router as magic_router
 from loopengine.http.observability import flush, logger, tracer
-from loopengine.http.slack import router as slack_router
+from loopengine.http.routes_magic import router as magic_router
+from loopengine.http.routes_slack import router as slack_router
 
 # deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
 app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])

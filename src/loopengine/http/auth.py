@@ -2,7 +2,7 @@
 
 Public routes are an explicit list (:data:`PUBLIC`): ``/health``, and the magic-link and Slack /
 Lark routes, each authenticated by its own signature or token. Every other request needs a
-principal (:class:`~loopengine.principals.Principal`), else 401. Sources, first match wins:
+principal (:class:`~loopengine.domain.principals.Principal`), else 401. Sources, first match wins:
 
 - the JWT authorizer's claims (AWS): ``sub`` -> ``user:<sub>``; tenants from the claim named by
   ``LOOPENGINE_JWT_TENANT_CLAIM`` (default ``tenant``; none -> the default tenant only); groups
@@ -37,10 +37,10 @@ from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine.errors import ConfigError
+from loopengine.domain.errors import ConfigError
+from loopengine.domain.principals import OPERATOR, Principal
 from loopengine.http import secrets
 from loopengine.http.web import HttpError
-from loopengine.principals import OPERATOR, Principal
 
 PUBLIC_EXACT = ("/health",)
 PUBLIC_PREFIXES = ("/magic/", "/integrations/")

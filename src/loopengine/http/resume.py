@@ -12,7 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from loopengine.errors import NotFound
+from loopengine.domain.errors import NotFound
 from loopengine.http import root
 from loopengine.http.observability import flush, logger, tracer
 

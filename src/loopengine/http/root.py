@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from loopengine.app.engine import Engine
+from loopengine.app.invokers import ThreadInvoker
+from loopengine.app.ports import ResumeInvoker
 from loopengine.bootstrap import build_runtime
-from loopengine.engine import Engine
 from loopengine.http import secrets
-from loopengine.invokers import ThreadInvoker
-from loopengine.ports import ResumeInvoker
 
 _engine: Engine | None = None
 

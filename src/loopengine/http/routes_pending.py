@@ -8,12 +8,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
-from loopengine import api_models as m
-from loopengine import views
+from loopengine.app import api_models as m
+from loopengine.app import views
+from loopengine.app.resolution import Resolution
 from loopengine.http import auth, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
-from loopengine.resolution import Resolution
 
 router = Router()  # type: ignore[no-untyped-call]
 

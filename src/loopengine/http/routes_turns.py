@@ -8,8 +8,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
-from loopengine import api_models as m
-from loopengine import views
+from loopengine.app import api_models as m
+from loopengine.app import views
 from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers

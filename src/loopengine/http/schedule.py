@@ -16,7 +16,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from loopengine.errors import LoopengineError
+from loopengine.domain.errors import LoopengineError
 from loopengine.http import root
 from loopengine.http.observability import flush, logger, tracer
 

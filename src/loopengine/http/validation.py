@@ -1,7 +1,7 @@
 """Powertools' request validation, with the house rules in front of it and the house error shape.
 
 ``APIGatewayHttpResolver(enable_validation=True)`` validates every route's path, query and body
-against its pydantic models (:mod:`loopengine.api_models`) and checks each response against its
+against its pydantic models (:mod:`loopengine.app.api_models`) and checks each response against its
 return annotation. Two things it does not do on its own, done here:
 
 - **Order.** Powertools runs its request validation *before* any ``app.use`` middleware, so a
@@ -28,7 +28,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from loopengine import ids
+from loopengine.domain import ids
 from loopengine.http import web
 
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]

@@ -4,7 +4,7 @@ Request data enters only through :func:`raw_body`, :func:`json_body` (which Powe
 validation reads JSON bodies through, :mod:`loopengine.http.validation`), :func:`form_body` and the
 :func:`edge` middleware (query strings and paths), so DESIGN.md's input hygiene holds on every
 route: invalid UTF-8, lone surrogates, JSON nested deeper than 64 levels and non-finite numbers are
-400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.jsonsafe`).
+400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.domain.jsonsafe`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine import errors, jsonsafe
+from loopengine.domain import errors, jsonsafe
 
 MAX_BODY_BYTES = 256 * 1024
 

@@ -5,7 +5,7 @@ never talks to the model (a resolve that leaves items outstanding, a health chec
 Without an explicit ``client`` one is built on first use with ``anthropic.Anthropic()``, which
 reads ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` itself.
 
-Every SDK failure becomes a :class:`~loopengine.errors.ModelError`, raised ``from`` the SDK's
+Every SDK failure becomes a :class:`~loopengine.domain.errors.ModelError`, raised ``from`` the SDK's
 exception. The table mirrors the SDK's own retry policy, applied after its retries ran out:
 
     SDK exception                                   loopengine error
@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
-from loopengine.errors import FatalModelError, RetryableModelError
-from loopengine.messages import Block, TextBlock, ToolUseBlock
-from loopengine.ports import ModelRequest, ModelResponse
+from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AnthropicError

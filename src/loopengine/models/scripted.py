@@ -22,9 +22,9 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from loopengine.errors import FatalModelError
-from loopengine.messages import Block, JsonDict, TextBlock, ToolUseBlock
-from loopengine.ports import ModelRequest, ModelResponse
+from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.domain.errors import FatalModelError
+from loopengine.domain.messages import Block, JsonDict, TextBlock, ToolUseBlock
 
 Responder = Callable[[ModelRequest], ModelResponse]
 """Computes the model's answer to one request."""

@@ -46,7 +46,7 @@ Guarantees, and how:
   pointer per pendingId), plus its audit events and outbox records (plus a BatchWriteItem of blob
   parts first, only for a huge record).
 - ``replace``/``replace_turn`` are PutItems conditioned on the stored ``version``; the loser gets
-  :class:`~loopengine.errors.VersionConflict` carrying the stored record from ALL_OLD, no second read.
+  :class:`~loopengine.domain.errors.VersionConflict` carrying the stored record from ALL_OLD, no second read.
 - An append is one transaction: the head's ``length`` must equal ``expected_len`` and each new
   message item must be absent; the loser learns the current length from the head's ALL_OLD.
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
@@ -68,12 +68,13 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopengine.checkpoint import TurnCheckpoint
-from loopengine.clock import Clock
-from loopengine.errors import AlreadyExists, StoreError, VersionConflict
-from loopengine.messages import Message
-from loopengine.outbox import OutboxRecord
-from loopengine.ports import Change, Committed, JsonDict, Stores
+from loopengine.app.ports import Change, Committed, JsonDict, Stores
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.clock import Clock
+from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.messages import Message
+from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.turns import CallRecord, TurnRecord
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -87,7 +88,6 @@ from loopengine.stores.dynamodb_table import (
     create_table,
     version_is,
 )
-from loopengine.turns import CallRecord, TurnRecord
 
 _EVENT_COUNTER = itertools.count(1)
 
@@ -252,7 +252,7 @@ class DynamoTurnStore(DynamoStore):
     """TurnStore on DynamoDB: turns (indexed per session), events, call claims, config snapshots."""
 
     def commit(self, change: Change) -> Committed:
-        """One TransactWriteItems for the whole transition (see :class:`~loopengine.ports.Change`).
+        """One TransactWriteItems for the whole transition (see :class:`~loopengine.app.ports.Change`).
 
         A failed version condition becomes VersionConflict carrying that record's ALL_OLD; a taken
         create key becomes AlreadyExists.

@@ -4,7 +4,7 @@ One database file in WAL mode, one connection per thread. Every write runs insid
 ``BEGIN IMMEDIATE``, which takes the database's write lock before the first read, so a
 read-modify-write (the compare-and-set behind ``replace``, the length check behind ``append``) is
 atomic across threads *and* processes on one machine; a writer that finds the lock taken waits up to
-the busy timeout, then fails with :class:`~loopengine.errors.StoreError`.
+the busy timeout, then fails with :class:`~loopengine.domain.errors.StoreError`.
 
 Records are stored as their JSON ``to_dict`` form in ``body``; the columns beside it (see
 ``_SCHEMA``) exist only to filter, order or compare; ``due_turns`` lists the turns that are due
@@ -27,13 +27,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from loopengine.checkpoint import TurnCheckpoint
-from loopengine.clock import Clock
-from loopengine.errors import AlreadyExists, ConfigError, StoreError, VersionConflict
-from loopengine.messages import Message
-from loopengine.outbox import OutboxRecord
-from loopengine.ports import Change, Committed, JsonDict, Stores
-from loopengine.turns import CallRecord, TurnRecord
+from loopengine.app.ports import Change, Committed, JsonDict, Stores
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.clock import Clock
+from loopengine.domain.errors import AlreadyExists, ConfigError, StoreError, VersionConflict
+from loopengine.domain.messages import Message
+from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.turns import CallRecord, TurnRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
@@ -314,7 +314,7 @@ class SqliteTurnStore(_SqliteStore):
     """TurnStore on SQLite: turns, their audit events, tool-call claims and config snapshots."""
 
     def commit(self, change: Change) -> Committed:
-        """Write a whole transition in one transaction (see :class:`~loopengine.ports.Change`)."""
+        """Write a whole transition in one transaction (see :class:`~loopengine.app.ports.Change`)."""
         turn: TurnRecord | None = None
         cp: TurnCheckpoint | None = None
         with self.db.write() as conn:

@@ -1,0 +1,377 @@
+"""The application service: what handlers, the dev server and the CLI call.
+
+One :class:`Engine` per process wraps a :class:`~loopengine.app.runtime.Runtime`. Methods take plain
+values and return domain results; :mod:`loopengine.app.views` turns those into the JSON of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Literal
+
+from loopengine.app import delivery, lifecycle, resolution, turn_events, views
+from loopengine.app.loop import TurnOutcome, Worker, advance
+from loopengine.app.ports import Append, Change
+from loopengine.app.resolution import Decider, Resolution
+from loopengine.app.runtime import Runtime
+from loopengine.authoring.agent import AgentConfig
+from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import Message
+from loopengine.domain.principals import OPERATOR
+from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
+
+WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
+
+JsonDict = dict[str, Any]
+MAX_MESSAGE_CHARS = 100_000
+ApprovalDecision = Literal["approve", "deny"]
+ApprovalScope = Literal["turn"]
+Trigger = Literal["message", "schedule"]
+
+
+class Engine:
+    """Start, resolve, resume, stop and inspect turns."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.sleep: Callable[[float], object] = threading.Event().wait  # long-poll pauses (real time)
+
+    def send_message(
+        self,
+        agent: str,
+        message: str,
+        session_id: str | None = None,
+        tenant: str | None = None,
+        trigger: Trigger = "message",
+        budget_seconds: float | None = None,
+        sender: Decider | None = None,
+        remaining_seconds: float | None = None,
+        live: bool = False,
+    ) -> TurnOutcome:
+        """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget.
+
+        ``live``: the sender is attached (``loopengine chat``): a pause's notifications wait the
+        agent's ``live_wait`` for an inline decision before they go to the other channels.
+
+        A session whose turn is parked follows the agent's ``on_new_message`` policy: ``supersede``
+        abandons the wait (its items become ``unknown``, the old turn ends ``superseded``),
+        ``reject`` answers 409 with the pending items, ``queue`` keeps the message until the parked
+        turn finishes and returns a ``queued`` turn.
+
+        Tenants: a ``tenant`` outside the sender's scope is 403; a sender scoped to one tenant who
+        names none gets theirs; a session of another tenant does not exist for the sender (404).
+        Superseding a parked turn whose items need approvers needs the same authority.
+
+        The HTTP edge validates the request (:mod:`loopengine.app.api_models`); these checks are for
+        library callers.
+        """
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidInput("message must be a non-empty string")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise InvalidInput(f"message is longer than {MAX_MESSAGE_CHARS} characters")
+        if not isinstance(live, bool):
+            raise InvalidInput("live must be true or false")
+        who = sender or Decider("system", "message", kind=OPERATOR)
+        config = self.rt.agents.get(agent)
+        sid = session_id or new_id("ses_")
+        turns = self.rt.stores.turns.session_turns(session_id) if session_id else []  # read once
+        tenant = _tenant_for(who, tenant, sid, turns)
+        active = _active_turns(sid, config, tenant, turns)
+        if active and config.on_new_message == "queue":
+            return self._queue(config, sid, tenant, trigger, message, live)
+        for earlier in active:
+            self._make_way(config, earlier, who)
+        return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live)
+
+    def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
+        """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
+        items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
+        stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
+        if (earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede") or stopping:
+            self._check_stop_authority(earlier, sender, "supersede")
+            by = {**sender.record(), "decidedBy": sender.identity}
+            stopped = lifecycle.request_stop(self.rt, earlier.turn_id, StopReason.SUPERSEDED, by)
+            if stopped.status is not TurnStatus.FINISHED:  # a crash left it half-stopped: close it
+                self.resume(earlier.turn_id)
+                stopped = self.turn(earlier.turn_id)
+            if stopped.status is TurnStatus.FINISHED:
+                return
+            raise Conflict(
+                f"turn {earlier.turn_id} is finishing a call a reviewer approved; retry in a moment",
+                details={"turnId": earlier.turn_id},
+            )
+        if earlier.status is TurnStatus.PAUSED:
+            raise Conflict(
+                f"session {earlier.session_id} has a parked turn {earlier.turn_id}; "
+                "answer its pending items first (this agent's on_new_message is reject)",
+                details={"turnId": earlier.turn_id, "pendingItems": items},
+            )
+        raise Conflict(
+            f"session {earlier.session_id} has a {earlier.status.public()} turn {earlier.turn_id}; "
+            "retry when it finishes or cancel it",
+            details={"turnId": earlier.turn_id},
+        )
+
+    def _new_turn(
+        self,
+        config: AgentConfig,
+        sid: str,
+        tenant: str,
+        trigger: str,
+        start_seq: int,
+        runner: str | None,
+        live: bool = False,
+    ) -> TurnRecord:
+        rt = self.rt
+        config_hash = config.config_hash()
+        rt.stores.turns.put_config(config_hash, config.snapshot())
+        now = rt.stores.clock.now()
+        return TurnRecord(
+            turn_id=new_id("trn_"),
+            session_id=sid,
+            agent=config.name,
+            tenant=tenant,
+            config_hash=config_hash,
+            start_seq=start_seq,
+            created_at=now,
+            trigger=trigger,
+            lease_until=now + rt.lease_seconds if runner else 0.0,
+            due_at=now + (rt.lease_seconds if runner else rt.handoff_grace),
+            runner=runner,
+            status=TurnStatus.RUNNING if runner else TurnStatus.QUEUED,
+            code_version=rt.code_version,
+            live=live,
+        )
+
+    def _queue(
+        self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str, live: bool
+    ) -> TurnOutcome:
+        turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None, live), queued_message=message)
+        event = self.rt.stamp("queued", trigger=trigger)
+        self.rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,)))
+        lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
+        return self.outcome(turn.turn_id)
+
+    def _start(
+        self,
+        config: AgentConfig,
+        sid: str,
+        tenant: str,
+        trigger: str,
+        message: str,
+        budget_seconds: float | None,
+        remaining_seconds: float | None,
+        live: bool = False,
+    ) -> TurnOutcome:
+        """Create the turn and append its message in one write, then run it (this request is its worker)."""
+        rt = self.rt
+        history = rt.stores.sessions.load(sid)
+        runner = new_id("run_")
+        turn = self._new_turn(config, sid, tenant, trigger, len(history), runner, live)
+        payload = {"turnId": turn.turn_id, "sessionId": sid, "agent": config.name}
+        notes = delivery.announce(
+            rt, config, turn, "run_start", {**payload, "tenant": tenant, "trigger": trigger}
+        )
+        event = rt.stamp("started", trigger=trigger, configHash=turn.config_hash)
+        add = Append(sid, (Message.user_text(message),), len(history))
+        try:
+            rt.stores.turns.commit(
+                Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes)
+            )
+        except VersionConflict:
+            raise Conflict(f"session {sid} changed while this message arrived; retry") from None
+        delivery.deliver(rt, notes)
+        return advance(self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds))
+
+    def _worker(
+        self, turn_id: str, runner: str, budget_seconds: float | None, remaining_seconds: float | None
+    ) -> Worker:
+        now = self.rt.stores.clock.now()
+        deadline = None if budget_seconds is None else now + budget_seconds
+        hard = None if remaining_seconds is None else now + remaining_seconds
+        return Worker(self.rt, turn_id, runner, deadline, hard)
+
+    def resolve(
+        self,
+        pending_id: str,
+        decision: ApprovalDecision,
+        decider: Decider,
+        edited_args: dict[str, Any] | None = None,
+        comment: str | None = None,
+        args_hash: str | None = None,
+        scope: ApprovalScope | None = None,
+    ) -> Resolution:
+        """Approve or deny a pending approval (``editedArgs`` are checked against the tool's schema).
+
+        The HTTP edge validates the request's shape; the cheap checks here are for library callers.
+        """
+        if comment is not None and not isinstance(comment, str):
+            raise InvalidInput("comment must be a string")
+        if args_hash is not None and not isinstance(args_hash, str):
+            raise InvalidInput("argsHash must be a string")
+        return resolution.resolve_approval(
+            self.rt, pending_id, decision, decider, edited_args, comment, args_hash, scope
+        )
+
+    def answer(self, pending_id: str, answer: str, decider: Decider) -> Resolution:
+        """Answer a pending question."""
+        return resolution.answer_question(self.rt, pending_id, answer, decider)
+
+    def resume(
+        self, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None
+    ) -> TurnOutcome | None:
+        """The resume worker's entry: claim and advance; ``None`` for a duplicate or no-op."""
+        now = self.rt.stores.clock.now()
+        deadline = None if budget_seconds is None else now + budget_seconds
+        hard = None if remaining_seconds is None else now + remaining_seconds
+        return lifecycle.resume_turn(self.rt, turn_id, deadline, hard)
+
+    def cancel(self, turn_id: str, decider: Decider) -> TurnRecord:
+        """Stop a turn: parked or queued at once, running at its next step boundary.
+
+        What was already sent is not unsaid: calls that ran keep their effects. A turn whose open
+        items need approvers may be cancelled only by one who could decide them all (or the
+        operator): cancelling abandons those items.
+        """
+        turn = self.turn(turn_id, decider)
+        self._check_stop_authority(turn, decider, "cancel")
+        by = {**decider.record(), "decidedBy": decider.identity}
+        return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
+
+    def _check_stop_authority(self, turn: TurnRecord, who: Decider, what: str) -> None:
+        if who.operator:
+            return
+        for item in self.outcome(turn.turn_id).pending:
+            if not who.may_approve(item.approvers):
+                raise Forbidden(
+                    f"{who.id} may not {what} turn {turn.turn_id}: its item {item.pending_id} "
+                    f"may only be decided by {', '.join(item.approvers)}"
+                )
+
+    def sweep(self) -> lifecycle.SweepResult:
+        """Find every stalled turn and move it on; resend due notifications (see ``lifecycle.sweep``)."""
+        return lifecycle.sweep(self.rt)
+
+    def expire(self, turn_id: str) -> int:
+        """Apply the expiry policy to the turn's items past their deadline now (as the sweep would)."""
+        return lifecycle.expire_due(self.rt, self.turn(turn_id))
+
+    def turn(self, turn_id: str, who: Decider | None = None) -> TurnRecord:
+        """Read a turn (NotFound if unknown, or of a tenant ``who`` cannot see)."""
+        turn = self.rt.stores.turns.get_turn(turn_id)
+        if turn is None or (who is not None and not who.sees(turn.tenant)):
+            raise NotFound(f"no turn {turn_id!r}")
+        return turn
+
+    def outcome(self, turn_id: str) -> TurnOutcome:
+        """The turn's current outcome, with its open pending items."""
+        return lifecycle.outcome(self.rt, turn_id)
+
+    def audit(self, turn_id: str, who: Decider | None = None) -> list[JsonDict]:
+        """The turn's audit trail, oldest first (NotFound if the turn is unknown)."""
+        self.turn(turn_id, who)
+        return self.rt.stores.turns.events(turn_id)
+
+    def events(
+        self, turn_id: str, after: int = 0, wait: float = 0.0, who: Decider | None = None
+    ) -> tuple[list[JsonDict], int, bool]:
+        """The turn's events after ``after`` (long-polled up to ``wait`` seconds; see ``turn_events``).
+
+        Returns the events (each with its ``seq``), the ``next`` cursor, and whether the turn had
+        finished before they were read (then its ``finished`` event is among the events up to
+        ``next``: a client may stop). NotFound for an unknown turn or one of a tenant ``who``
+        cannot see.
+        """
+        turn = self.turn(turn_id, who)  # read before the events: finished here means all are there
+        read = functools.partial(self.rt.stores.turns.events, turn_id)
+        finished = turn.status is TurnStatus.FINISHED
+        wait = 0.0 if finished else min(wait, turn_events.MAX_WAIT_SECONDS)  # nothing more to wait for
+        found, cursor = turn_events.poll(read, after, wait, self.sleep)
+        return found, cursor, finished
+
+    def open_items(
+        self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
+    ) -> list[JsonDict]:
+        """Open pending items (the poll surface), oldest checkpoint first, of the tenants ``who`` sees.
+
+        A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller (the
+        operator, who is in every tenant, names one; else the default tenant ``""``). Each store
+        query is bounded to one tenant by construction.
+        """
+        if tenant is not None and who is not None and not who.sees(tenant):
+            raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
+        if tenant is not None:
+            tenants = [tenant]
+        elif who is None or who.tenants is None:
+            tenants = [""]
+        else:
+            tenants = sorted(who.tenants)
+        found = [cp for t in tenants for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
+        found.sort(key=lambda cp: (cp.created_at, cp.id))
+        return [
+            views.listed_item(cp, item)
+            for cp in found
+            for item in cp.outstanding.values()
+            if who is None or who.sees_item(cp.tenant, item.pending_id)
+        ]
+
+    def history(self, session_id: str, who: Decider | None = None) -> list[Message]:
+        """A session's durable history (NotFound for an unknown session, or another tenant's)."""
+        turns = self.rt.stores.turns.session_turns(session_id)
+        if who is not None and not all(who.sees(t.tenant) for t in turns):
+            raise NotFound(f"no session {session_id!r}")
+        messages = self.rt.stores.sessions.load(session_id)
+        if not messages:
+            raise NotFound(f"no session {session_id!r}")
+        return messages
+
+    def wait(self, turn_id: str, seconds: float) -> TurnOutcome:
+        """Wait up to ``seconds`` (real time) while the turn is working; return its outcome.
+
+        Working means running, ready to resume or waiting to retry the model: the outcome a client
+        waits for is a pause (chained) or the finish.
+        """
+        pause = threading.Event()
+        step, waited = 0.02, 0.0
+        while True:
+            out = self.outcome(turn_id)
+            if out.status not in WORKING or waited >= seconds:
+                return out
+            pause.wait(step)
+            waited += step
+            step = min(step * 2, 0.25)
+
+
+def _tenant_for(who: Decider, named: str | None, sid: str, earlier: list[TurnRecord]) -> str:
+    """The tenant a message goes to.
+
+    The one named (403 outside the caller's scope), else the session's (an existing session keeps
+    its tenant; another tenant's session does not exist for the caller), else the caller's own.
+    """
+    if named:
+        if not who.sees(named):
+            raise Forbidden(f"{who.id} may not act in tenant {named!r}")
+        return named
+    if earlier:
+        if not who.sees(earlier[0].tenant):
+            raise NotFound(f"no session {sid!r}")
+        return earlier[0].tenant
+    if who.tenants is None or "" in who.tenants:
+        return ""
+    if len(who.tenants) == 1:
+        return next(iter(who.tenants))
+    raise InvalidInput("tenant is required: you may act in several tenants")
+
+
+def _active_turns(sid: str, config: AgentConfig, tenant: str, earlier: list[TurnRecord]) -> list[TurnRecord]:
+    """The session's unfinished turns (404 for another tenant's session, 409 for another agent's)."""
+    for turn in earlier:
+        if turn.tenant != tenant:  # another tenant's session does not exist for this caller
+            raise NotFound(f"no session {sid!r}")
+        if turn.agent != config.name:
+            raise Conflict(f"session {sid} belongs to agent {turn.agent!r}")
+    return [t for t in earlier if t.status is not TurnStatus.FINISHED]

@@ -1,0 +1,272 @@
+"""A turn's life outside the loop: claiming it, stopping it, expiring its items, the sweep.
+
+Every change here is a transition of :mod:`loopengine.domain.turn_state`, written with its checkpoint,
+audit events and notifications in one atomic write (:meth:`Runtime.transition`), so a duplicate
+delivery, a late click or a second stop request finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from loopengine.app import delivery, faults
+from loopengine.app.batch import pending_notification  # noqa: F401  (re-exported for callers)
+from loopengine.app.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
+from loopengine.app.ports import Append, Change
+from loopengine.app.runtime import Runtime
+from loopengine.domain import checkpoint as cps
+from loopengine.domain import turn_state as ts
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.errors import NotFound, VersionConflict
+from loopengine.domain.ids import new_id
+from loopengine.domain.messages import Message
+from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.policy import describe
+from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
+
+JsonDict = dict[str, Any]
+
+ABANDONED = {
+    StopReason.SUPERSEDED: (
+        "the user moved on with a new message before anyone answered; "
+        "this call was neither approved nor denied and did not run"
+    ),
+    StopReason.CANCELLED: "the turn was cancelled before anyone answered; this call did not run",
+}
+
+
+def resume_turn(
+    rt: Runtime, turn_id: str, deadline: float | None = None, hard_limit: float | None = None
+) -> TurnOutcome | None:
+    """Claim and advance a turn that can move on; ``None`` when there is nothing to do.
+
+    Safe to call any number of times for the same turn (at-least-once delivery): the claim is a
+    compare-and-set of :func:`loopengine.domain.turn_state.claim`, which only a READY turn, a RETRYING one
+    that is due, a RUNNING one whose lease ran out or a QUEUED one whose session is free passes.
+    """
+    turn = _turn(rt, turn_id)
+    if turn.status not in ts.CLAIMABLE:
+        return None
+    runner = new_id("run_")
+    worker = Worker(rt, turn_id, runner, deadline, hard_limit)
+    if turn.status is TurnStatus.QUEUED:
+        return _start_queued(rt, worker, turn)
+    now = rt.stores.clock.now()
+    notes = _run_start(rt, turn, "resume")
+    sent: list[tuple[Any, ...]] = []
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        sent.clear()
+        claimed = ts.claim(t, runner, now, worker.lease_until())
+        if claimed is None:
+            return None
+        if claimed.stop_requested is not None:
+            return Change(turn_id, turn=claimed)  # a stopping turn only closes; nothing is announced
+        sent.append(notes)
+        return Change(
+            turn_id, turn=claimed, events=(rt.stamp("resumed", claimedFrom=t.status.value),), outbox=notes
+        )
+
+    if rt.transition(turn_id, decide, turn=turn) is None:
+        return None  # someone else claimed it, or it is not claimable yet
+    faults.point("claimed")
+    for records in sent:
+        delivery.deliver(rt, records)
+    return advance(worker)
+
+
+def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome | None:
+    """Start a queued message's turn once every earlier turn of its session has finished."""
+    if not session_free(rt, turn) or turn.queued_message is None:
+        return None
+    history = rt.stores.sessions.load(turn.session_id)
+    now = rt.stores.clock.now()
+    add = Append(turn.session_id, (Message.user_text(turn.queued_message),), len(history))
+    notes = _run_start(rt, turn, turn.trigger)
+    event = rt.stamp("started", trigger="queued", configHash=turn.config_hash)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        claimed = ts.claim(t, worker.runner, now, worker.lease_until(), session_free=True)
+        if claimed is None or t.status is not TurnStatus.QUEUED:
+            return None
+        started = replace(claimed, start_seq=len(history))
+        return Change(t.turn_id, turn=started, append=add, events=(event,), outbox=notes)
+
+    try:
+        done = rt.transition(turn.turn_id, decide, turn=turn)
+    except VersionConflict:  # the session moved meanwhile; the sweep tries again
+        return None
+    if done is None:
+        return None
+    delivery.deliver(rt, notes)
+    return advance(worker)
+
+
+def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> tuple[OutboxRecord, ...]:
+    """The ``run_start`` notification of a turn that starts or resumes (none if unwanted)."""
+    payload = {"turnId": turn.turn_id, "sessionId": turn.session_id, "agent": turn.agent}
+    payload |= {"tenant": turn.tenant, "trigger": trigger}
+    return delivery.announce(rt, rt.config_of(turn), turn, "run_start", payload)
+
+
+def session_free(rt: Runtime, turn: TurnRecord) -> bool:
+    """Every turn of ``turn``'s session that came before it has finished."""
+    ordered = rt.stores.turns.session_turns(turn.session_id)  # oldest first, ties broken by the store
+    ids = [t.turn_id for t in ordered]
+    earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
+    return all(t.status is TurnStatus.FINISHED for t in earlier)
+
+
+def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: JsonDict) -> TurnRecord:
+    """Stop a turn for ``reason`` (cancelled or superseded) as soon as it safely can.
+
+    Parked: its open items are abandoned (recorded as ``unknown``, never as denied or failed) in
+    the same write that makes it ready, and it closes now (nothing runs). Running: it stops at the
+    next step boundary (between model and tool calls); calls already running finish, nothing new
+    starts. Queued: it never starts. Finished: nothing changes. What was done is not undone.
+    """
+    turn = _turn(rt, turn_id)
+    now = rt.stores.clock.now()
+    why = ABANDONED.get(reason, ABANDONED[StopReason.CANCELLED])
+    event = rt.stamp("stop_requested", reason=reason.value, **by)
+
+    def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
+        if t.status is TurnStatus.PAUSED and cp is not None and not cp.closed and t.checkpoint_id == cp.id:
+            stopped = ts.stop_parked(t, reason, now, rt.handoff_grace)
+            closed = cps.abandon(cp, why, by, now)
+            return (
+                None if stopped is None else Change(turn_id, turn=stopped, checkpoint=closed, events=(event,))
+            )
+        flagged = ts.request_stop(t, reason, now)
+        return None if flagged is None else Change(turn_id, turn=flagged, events=(event,))
+
+    done = rt.transition(turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    after = done.turn if done is not None and done.turn is not None else _turn(rt, turn_id)
+    stopping = after.status in (TurnStatus.READY, TurnStatus.RETRYING) and after.stop_requested is not None
+    if stopping and not _approved_calls_waiting(rt, after):
+        resume_turn(rt, turn_id)  # closes the batch and finishes; nothing runs
+    return _turn(rt, turn_id)
+
+
+def _approved_calls_waiting(rt: Runtime, turn: TurnRecord) -> bool:
+    if turn.checkpoint_id is None:
+        return False
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    return cp is not None and bool(cp.approved)
+
+
+def expire_due(rt: Runtime, turn: TurnRecord) -> int:
+    """Apply the expiry policy to every item of the turn's parked batch that is past its deadline.
+
+    The same write makes the turn ready if that closed the batch (then it is handed on), or moves
+    its due time to the next expiry. Returns how many items expired.
+    """
+    if turn.status is not TurnStatus.PAUSED or turn.checkpoint_id is None:
+        return 0
+    now = rt.stores.clock.now()
+    expired: list[str] = []
+
+    def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
+        expired.clear()
+        if cp is None or cp.closed:
+            return None
+        due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
+        if not due:
+            return None
+        for item in due:
+            cp = cps.expire(cp, item, now, describe(round((item.expires_at or now) - cp.created_at)))
+            expired.append(item.pending_id)
+        moved = (
+            ts.ready(t, cp.id, now, rt.handoff_grace)
+            if cp.closed
+            else ts.paused_due(t, cp.id, cp.next_expiry)
+        )
+        if moved is None:
+            return None
+        events = tuple(rt.stamp("expired", pendingId=p, decidedBy="policy") for p in expired)
+        return Change(t.turn_id, turn=moved, checkpoint=cp, events=events)
+
+    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    if done is None or done.turn is None:
+        return 0
+    if done.turn.status is TurnStatus.READY:
+        hand_on(rt, done.turn)
+    return len(expired)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
+
+    expired: int = 0
+    recovered: int = 0
+    notified: int = 0
+    failed: int = 0
+
+
+def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
+    """The periodic pass that finds every stalled turn (see :mod:`loopengine.domain.turn_state`).
+
+    Due turns: a PAUSED one has items past their ttl (expired by policy); a RUNNING one lost its
+    runner (its lease ran out), a READY one was never claimed (the invoke failed or was lost), a
+    RETRYING one's retry time came, a QUEUED one may start: each is handed to the resume worker,
+    whose claim is a compare-and-set, so a turn handed on twice still runs once. Then every
+    notification that is due is sent again.
+    """
+    now = rt.stores.clock.now()
+    expired = recovered = failed = 0
+    for turn in rt.stores.turns.due_turns(now, limit):
+        try:
+            moved = _sweep_one(rt, turn, now)
+        except Exception as exc:  # one bad turn must not stop the pass; it stays due
+            failed += 1
+            _note_failure(rt, turn.turn_id, exc)
+            continue
+        expired += moved if turn.status is TurnStatus.PAUSED else 0
+        recovered += moved if turn.status is not TurnStatus.PAUSED else 0
+    notified = delivery.deliver_due(rt, limit)
+    return SweepResult(expired, recovered, notified, failed)
+
+
+def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
+    """Move one due turn on; returns how many items expired (PAUSED) or 1 if it was handed on."""
+    if turn.status is TurnStatus.PAUSED:
+        return expire_due(rt, turn)
+    if turn.status is TurnStatus.QUEUED:
+        if session_free(rt, turn):
+            hand_on(rt, turn)
+            return 1
+        # not yet: out of this page, so the turns behind it are reached
+        rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, now + rt.handoff_grace), turn)
+        return 0
+    if turn.status in ts.CLAIMABLE:
+        rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
+        hand_on(rt, turn)
+        return 1
+    return 0
+
+
+def _note_failure(rt: Runtime, turn_id: str, exc: Exception) -> None:
+    try:
+        rt.event(turn_id, "sweep_failed", error=f"{type(exc).__name__}: {exc}")
+    except Exception:
+        return
+
+
+def outcome(rt: Runtime, turn_id: str) -> TurnOutcome:
+    """The turn's current outcome, with its open pending items."""
+    turn = _turn(rt, turn_id)
+    pending = []
+    if turn.status is TurnStatus.PAUSED and turn.checkpoint_id:
+        cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+        if cp is not None and not cp.closed:
+            pending = list(cp.outstanding.values())
+    return outcome_of(turn, pending)
+
+
+def _turn(rt: Runtime, turn_id: str) -> TurnRecord:
+    turn = rt.stores.turns.get_turn(turn_id)
+    if turn is None:
+        raise NotFound(f"no turn {turn_id!r}")
+    return turn

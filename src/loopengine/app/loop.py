@@ -1,0 +1,465 @@
+"""The turn loop: a worker advances a turn it has claimed, from its durable record.
+
+The loop is a reader of the record, not the holder of state. Each pass looks at the last message
+of the session history and does the next step, writing it down before the step after:
+
+    last message is the user's      -> call the model, append its response
+    assistant, no tool_use           -> finish: end_turn
+    assistant with tool_use blocks   -> bucket the batch (verdicts recorded once), run allowed calls
+                                        (each claimed before it runs, outcome recorded after),
+                                        park pending ones in a TurnCheckpoint, or append the
+                                        complete tool_result message and go round again
+    ... whose checkpoint is closed   -> run the calls people approved (claimed the same way),
+                                        append the batch's one tool_result message
+
+Every state change is one atomic write (:meth:`Runtime.transition`) carrying its audit events and
+notifications; the worker holds the turn through a lease (``runner``) renewed by a heartbeat while
+a step runs, and stops as soon as it finds the turn is no longer its own. Because every step
+starts from the record, any process can continue any turn: a crash or a redeploy costs nothing,
+and a call found started with no outcome is reported ``unknown``, not rerun.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopengine.app import delivery, faults
+from loopengine.app.batch import pending_notification, plan_batch, run_call
+from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
+from loopengine.app.runtime import Runtime
+from loopengine.app.turn_events import pending_events
+from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.tools import args_hash
+from loopengine.domain import outcomes
+from loopengine.domain import turn_state as ts
+from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.errors import AlreadyExists, ModelError, NotFound, VersionConflict
+from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
+from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """Where a turn stands after the loop stopped advancing it."""
+
+    turn_id: str
+    session_id: str
+    status: TurnStatus
+    stop_reason: StopReason | None
+    text: str | None = None
+    pending: list[PendingItem] = field(default_factory=list)
+
+
+def outcome_of(turn: TurnRecord, pending: list[PendingItem] | None = None) -> TurnOutcome:
+    """Describe a turn record."""
+    return TurnOutcome(turn.turn_id, turn.session_id, turn.status, turn.stop_reason, turn.text, pending or [])
+
+
+@dataclass
+class Worker:
+    """One claim on a turn: who holds it, its time budget and the invocation's hard end."""
+
+    rt: Runtime
+    turn_id: str
+    runner: str
+    deadline: float | None = None
+    hard_limit: float | None = None
+
+    def lease_until(self) -> float:
+        """A lease end from now, never past the invocation's end."""
+        until = self.rt.stores.clock.now() + self.rt.lease_seconds
+        return min(until, self.hard_limit) if self.hard_limit is not None else until
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """Renew the lease every third of it while the step inside runs (a background thread)."""
+        stop = threading.Event()
+        interval = self.rt.lease_seconds / 3
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.rt.update_turn(self.turn_id, lambda t: ts.renew(t, self.runner, self.lease_until()))
+                except Exception:  # a missed beat only shortens the lease; the step goes on
+                    continue
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{self.turn_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+
+
+def advance(worker: Worker) -> TurnOutcome:
+    """Advance the turn ``worker`` has claimed as far as it goes.
+
+    Past ``worker.deadline`` (the time budget) the turn stops at a step boundary and is handed to
+    the resume worker (released in the same write that marks it ready), and the outcome says
+    ``running``.
+    """
+    rt = worker.rt
+    turn = _load(rt, worker.turn_id)
+    config = rt.config_of(turn)
+    history: list[Message] | None = None  # read once; our own appends extend it (CAS-guarded)
+    while True:
+        turn = _load(rt, worker.turn_id)  # each pass: the stop flag and the claim are checked here
+        if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
+            return outcome_of(turn)
+        if history is None:
+            history = rt.stores.sessions.load(turn.session_id)
+        try:
+            stopped = _step(worker, config, turn, history)
+        except VersionConflict:  # the session moved under us: another runner has the turn
+            history = None
+            continue
+        if stopped is not None:
+            return stopped
+
+
+def _step(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
+    """One step from the record; ``None`` means go round again."""
+    rt = worker.rt
+    if len(history) <= turn.start_seq:
+        return finish(
+            worker, config, turn, StopReason.ERROR, "the turn's message is missing from its session"
+        )
+    last = history[-1]
+    if last.role == "assistant":
+        if not last.tool_uses:
+            return finish(worker, config, turn, StopReason.END_TURN, last.text)
+        return _batch(worker, config, turn, history)
+    if turn.stop_requested is not None:
+        return finish(worker, config, turn, turn.stop_requested, None)
+    rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
+    if rounds >= config.max_iterations:
+        return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
+    if worker.deadline is not None and rt.stores.clock.now() >= worker.deadline:
+        return _hand_off(worker, turn)
+    request = ModelRequest(
+        config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
+    )
+    try:
+        with worker.heartbeat():
+            response = rt.model_for(config).create(request)
+    except ModelError as exc:
+        return _model_failed(worker, config, turn, exc)
+    _record_response(worker, turn, history, response)
+    return None
+
+
+def _record_response(
+    worker: Worker, turn: TurnRecord, history: list[Message], response: ModelResponse
+) -> None:
+    """Append the model's message, reset its failure count and renew the lease: one write."""
+    rt = worker.rt
+    message = Message("assistant", response.content)
+    event = rt.stamp(
+        "model_response",
+        stopReason=response.stop_reason,
+        toolUses=[u.name for u in message.tool_uses],
+        text=message.text,
+    )
+    add = Append(turn.session_id, (message,), len(history))
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        answered = ts.model_answered(t, worker.runner, worker.lease_until())
+        return None if answered is None else Change(t.turn_id, turn=answered, append=add, events=(event,))
+
+    if rt.transition(turn.turn_id, decide, turn=turn) is not None:
+        history.append(message)
+        faults.point("model_recorded")
+
+
+def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: ModelError) -> TurnOutcome:
+    """A transient error waits durably and is retried by the sweep; anything else ends the turn."""
+    rt = worker.rt
+    failures = turn.model_failures + 1
+    error = rt.stamp("model_error", error=str(exc), retryable=exc.retryable, failures=failures)
+    if not exc.retryable or failures >= rt.max_model_failures:
+        rt.event(turn.turn_id, "model_error", error=str(exc), retryable=exc.retryable, failures=failures)
+        return finish(worker, config, turn, StopReason.ERROR, f"model call failed: {exc}")
+    at = rt.stores.clock.now() + rt.model_retry_seconds * 2 ** (failures - 1)
+    waiting = rt.stamp("retry_scheduled", retryAt=at)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        later = ts.retry_later(t, worker.runner, at)
+        return None if later is None else Change(t.turn_id, turn=later, events=(error, waiting))
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    return outcome_of(done.turn if done is not None and done.turn is not None else _load(rt, turn.turn_id))
+
+
+def _hand_off(worker: Worker, turn: TurnRecord) -> TurnOutcome:
+    """The time budget is spent: release the turn (ready, no lease) and invoke the resume worker."""
+    rt = worker.rt
+    now = rt.stores.clock.now()
+    event = rt.stamp("handed_off", reason="time budget reached")
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        ready = ts.hand_off(t, worker.runner, now, rt.handoff_grace)
+        return None if ready is None else Change(t.turn_id, turn=ready, events=(event,))
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    if done is None or done.turn is None:
+        return outcome_of(_load(rt, turn.turn_id))
+    hand_on(rt, done.turn)
+    return outcome_of(done.turn)
+
+
+def hand_on(rt: Runtime, turn: TurnRecord) -> None:
+    """Ask the resume worker to claim ``turn``; a failed invoke is recorded, the sweep retries it."""
+    try:
+        faults.point("invoke")
+        rt.invoker.invoke(turn.turn_id, turn.code_version)
+    except Exception as exc:  # the turn is durably ready: the sweep invokes it after the grace
+        try:
+            rt.event(turn.turn_id, "invoke_failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception:
+            return
+
+
+def _batch(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
+    """Handle the tool_use batch at the end of history; ``None`` means go round again."""
+    rt = worker.rt
+    seq = len(history) - 1
+    if turn.checkpoint_id == checkpoint_id(turn, seq):
+        return _close_batch(worker, config, turn, history)
+    uses = history[-1].tool_uses
+    turn = _record_verdicts(worker, config, turn, uses)
+    plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now(), turn.sticky_tools)
+    for use_id in plan.sticky:
+        rt.event(turn.turn_id, "auto_approved", toolUseId=use_id, reason="approved for the rest of this turn")
+    if turn.stop_requested is None and plan.denied:
+        results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
+        results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
+        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
+    results = list(plan.invalid.values())
+    for use in plan.allowed:
+        results.append(_run(worker, config, use))
+    stop = _stop_requested(rt, turn.turn_id)
+    if stop is not None:  # nothing new starts; what already ran keeps its result
+        results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
+        results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
+        return finish(worker, config, turn, stop, None, _answer(turn, history, results))
+    if not plan.pending:
+        _append_results(worker, turn, history, results)
+        return None
+    return _park(worker, config, turn, seq, results, plan.pending)
+
+
+def _run(worker: Worker, config: AgentConfig, use: ToolUseBlock, edited: bool = False) -> ToolResultBlock:
+    """Run one call unless a stop was requested first (checked before every tool call)."""
+    stop = _stop_requested(worker.rt, worker.turn_id)
+    if stop is not None and use.id not in worker.rt.stores.turns.calls(worker.turn_id):
+        return outcomes.cancelled(use.id, stop)
+    with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
+        return run_call(worker.rt, config, worker.turn_id, use, edited)
+
+
+def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
+    current = rt.stores.turns.get_turn(turn_id)
+    return current.stop_requested if current is not None else None
+
+
+def _close_batch(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+) -> TurnOutcome | None:
+    """The parked batch is closed: run what people approved, then answer the whole batch at once."""
+    rt = worker.rt
+    assert turn.checkpoint_id is not None
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    if cp is None or not cp.closed:
+        raise NotFound(
+            f"turn {turn.turn_id} is running on checkpoint {turn.checkpoint_id}, which is not closed"
+        )
+    results = list(cp.results_so_far)
+    for item in cp.approved.values():
+        edited = args_hash(item.tool, item.args) != item.args_hash
+        results.append(_run(worker, config, ToolUseBlock(item.tool_use_id, item.tool, item.args), edited))
+    if cp.denied:
+        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
+    _append_results(worker, turn, history, results, clear_checkpoint=True)
+    return None
+
+
+def checkpoint_id(turn: TurnRecord, seq: int) -> str:
+    """The id of the checkpoint of the batch in history message ``seq`` (one per batch)."""
+    return f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}"
+
+
+def _record_verdicts(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock]
+) -> TurnRecord:
+    """Evaluate the gate for calls without a recorded verdict and record them (first write wins)."""
+    if all(u.id in turn.verdicts for u in uses):
+        return turn
+    fresh = {u.id: config.rules.evaluate(u.name, u.input).to_dict() for u in uses}
+    recorded = worker.rt.update_turn(
+        turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
+    )
+    return recorded or _load(worker.rt, turn.turn_id)
+
+
+def _park(
+    worker: Worker,
+    config: AgentConfig,
+    turn: TurnRecord,
+    seq: int,
+    results: list[ToolResultBlock],
+    pending: list[PendingItem],
+) -> TurnOutcome | None:
+    """Write the checkpoint, its pointers, the pause, its audit event and notifications: one write."""
+    rt = worker.rt
+    cp = TurnCheckpoint(
+        id=checkpoint_id(turn, seq),
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        agent=turn.agent,
+        tenant=turn.tenant,
+        results_so_far=tuple(results),
+        outstanding={p.pending_id: p for p in pending},
+        created_at=rt.stores.clock.now(),
+    )
+    stop = (
+        StopReason.PENDING_QUESTION
+        if all(p.kind == "question" for p in pending)
+        else StopReason.PENDING_APPROVAL
+    )
+    live_until = cp.created_at + config.live_wait if turn.live and config.live_wait else None
+    event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
+    offered = tuple({**rt.stamp(name), **data} for name, data in pending_events(pending, live_until))
+    notes = tuple(
+        r for p in pending for r in delivery.announce(rt, config, turn, *pending_notification(rt, turn, p))
+    )
+    notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        paused = ts.pause(t, worker.runner, cp.id, stop, cp.next_expiry)
+        if paused is None:
+            return None
+        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event, *offered), outbox=notes)
+
+    try:
+        done = rt.transition(turn.turn_id, decide, turn=turn)
+    except AlreadyExists:  # cannot happen with fresh pendingIds unless the batch was parked already
+        return outcome_of(_load(rt, turn.turn_id))
+    if done is None:  # a stop came first (nobody is asked), or the turn is no longer ours
+        return None
+    faults.point("paused")
+    if live_until is None:
+        delivery.deliver(rt, notes)
+    assert done.turn is not None
+    return outcome_of(done.turn, pending)
+
+
+def _answer(turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]) -> Append:
+    """The one user message answering every tool_use of the batch, in tool_use order."""
+    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
+    ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+    return Append(turn.session_id, (Message("user", tuple(ordered)),), len(history))
+
+
+def _append_results(
+    worker: Worker,
+    turn: TurnRecord,
+    history: list[Message],
+    results: list[ToolResultBlock],
+    clear_checkpoint: bool = False,
+) -> None:
+    """Append the batch's answer (and, for a parked batch, drop the checkpoint pointer): one write."""
+    add = _answer(turn, history, results)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        if t.status is not TurnStatus.RUNNING or t.runner != worker.runner:
+            return None
+        cleared = ts.clear_checkpoint(t, worker.runner) if clear_checkpoint else t
+        return Change(t.turn_id, turn=cleared or t, append=add)
+
+    if worker.rt.transition(turn.turn_id, decide, turn=turn) is not None:
+        history.extend(add.messages)
+        faults.point("results_appended")
+
+
+def finish(
+    worker: Worker,
+    config: AgentConfig,
+    turn: TurnRecord,
+    stop: StopReason,
+    text: str | None,
+    answer: Append | None = None,
+) -> TurnOutcome:
+    """Finish the turn (appending the batch's ``answer`` if given), record it, send ``run_finish``."""
+    rt = worker.rt
+    payload = {
+        "turnId": turn.turn_id,
+        "sessionId": turn.session_id,
+        "agent": turn.agent,
+        "tenant": turn.tenant,
+        "stopReason": stop.value,
+        "text": text,
+        "trigger": turn.trigger,
+    }
+    notes = delivery.announce(rt, config, turn, "run_finish", payload)
+    event = rt.stamp("finished", stopReason=stop.value, text=text)
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        done = ts.finish(t, worker.runner, stop, text)
+        return (
+            None
+            if done is None
+            else Change(t.turn_id, turn=done, append=answer, events=(event,), outbox=notes)
+        )
+
+    done = rt.transition(turn.turn_id, decide, turn=turn)
+    if done is None or done.turn is None:
+        return outcome_of(_load(rt, turn.turn_id))
+    delivery.deliver(rt, notes)
+    start_next_queued(rt, turn.session_id)
+    return outcome_of(done.turn)
+
+
+def start_next_queued(rt: Runtime, session_id: str) -> None:
+    """The session is free: the next queued message starts its turn (the sweep retries if lost)."""
+    waiting = [t for t in rt.stores.turns.session_turns(session_id) if t.status is TurnStatus.QUEUED]
+    if waiting:
+        hand_on(rt, waiting[0])
+
+
+def _load(rt: Runtime, turn_id: str) -> TurnRecord:
+    turn = rt.stores.turns.get_turn(turn_id)
+    if turn is None:
+        raise NotFound(f"no turn {turn_id!r}")
+    return turn
+
+
+def merged(history: list[Message]) -> list[Message]:
+    """History for the model: consecutive user messages joined into one (results, then text).
+
+    A new message after a turn that ended on tool results (denied, superseded, cancelled) follows a
+    user message; the stored record keeps both, the request joins them as the Messages API does.
+    """
+    out: list[Message] = []
+    for msg in history:
+        if out and msg.role == "user" and out[-1].role == "user":
+            out[-1] = Message("user", (*out[-1].content, *msg.content))
+        else:
+            out.append(msg)
+    return out
+
+
+def _last_text(history: list[Message]) -> str | None:
+    for msg in reversed(history):
+        if msg.role == "assistant" and msg.text:
+            return msg.text
+    return None

@@ -1,0 +1,243 @@
+"""Ports: the few small interfaces the core talks through. Adapters implement them.
+
+Every read-modify-write goes through a compare-and-set on a ``version`` field: ``replace`` stores
+the record only if the stored version still equals ``record.version`` and bumps it by one;
+otherwise it raises :class:`~loopengine.domain.errors.VersionConflict` carrying the current record, so the
+caller needs no second read. Creates raise :class:`~loopengine.domain.errors.AlreadyExists`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.clock import Clock
+from loopengine.domain.messages import Block, Message
+from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.turns import CallRecord, TurnRecord
+
+JsonDict = dict[str, Any]
+
+
+class CheckpointStore(Protocol):
+    """Paused batches, plus one pointer per pendingId."""
+
+    def create(self, cp: TurnCheckpoint) -> None:
+        """Write the checkpoint and a pointer per outstanding pendingId, all or nothing."""
+        ...
+
+    def get(self, checkpoint_id: str) -> TurnCheckpoint | None:
+        """Read by checkpoint id."""
+        ...
+
+    def find_by_pending(self, pending_id: str) -> TurnCheckpoint | None:
+        """Follow a pendingId's pointer; ``None`` for an id never handed out."""
+        ...
+
+    def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
+        """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
+        ...
+
+    def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
+        """Checkpoints of ``tenant`` that still have something to decide, oldest first.
+
+        Bounded to one tenant by construction (on DynamoDB each tenant is its own index partition).
+        """
+        ...
+
+
+class SessionStore(Protocol):
+    """Append-only conversation history."""
+
+    def load(self, session_id: str) -> list[Message]:
+        """The whole history, in order (empty for a new session)."""
+        ...
+
+    def append(self, session_id: str, messages: list[Message], expected_len: int) -> None:
+        """Append iff the history has exactly ``expected_len`` messages (else VersionConflict)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Append:
+    """Messages to add to a session iff its history has exactly ``expected_len`` messages."""
+
+    session_id: str
+    messages: tuple[Message, ...]
+    expected_len: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """One atomic write of a state transition: all of it lands, or none of it.
+
+    ``turn`` and ``checkpoint`` are compare-and-set on the version they carry (the stored record
+    gets version + 1); ``new_turn`` / ``new_checkpoint`` are creates (a checkpoint with one pointer
+    per pendingId); ``append`` adds messages to a session (VersionConflict carrying the session's
+    current length, an int, if it moved). ``events`` (audit events of ``turn_id``, each with
+    ``type`` and ``at``) and ``outbox`` (notifications to send) ride in the same write, so what the
+    record says happened and what it announces can never disagree with the state.
+    """
+
+    turn_id: str
+    turn: TurnRecord | None = None
+    new_turn: TurnRecord | None = None
+    checkpoint: TurnCheckpoint | None = None
+    new_checkpoint: TurnCheckpoint | None = None
+    append: Append | None = None
+    events: tuple[JsonDict, ...] = ()
+    outbox: tuple[OutboxRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a :class:`Change` stored (records at their new versions)."""
+
+    turn: TurnRecord | None = None
+    checkpoint: TurnCheckpoint | None = None
+
+
+class TurnStore(Protocol):
+    """Turn records, their audit events, per-call execution records and config snapshots."""
+
+    def commit(self, change: Change) -> Committed:
+        """Write ``change`` atomically.
+
+        A compare-and-set that lost raises VersionConflict carrying the stored record that
+        conflicted (a TurnRecord or TurnCheckpoint; None when it is gone); a create whose key is
+        taken raises AlreadyExists.
+        """
+        ...
+
+    def create_turn(self, turn: TurnRecord) -> None:
+        """Store a new turn."""
+        ...
+
+    def get_turn(self, turn_id: str) -> TurnRecord | None:
+        """Read a turn."""
+        ...
+
+    def replace_turn(self, turn: TurnRecord) -> TurnRecord:
+        """Compare-and-set on ``turn.version``; returns the stored record."""
+        ...
+
+    def session_turns(self, session_id: str) -> list[TurnRecord]:
+        """Every turn of a session, oldest first."""
+        ...
+
+    def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
+        """Up to ``limit`` turns whose ``due_at`` is at or before ``now``, earliest first.
+
+        The sweep's work list (see :mod:`loopengine.domain.turn_state`): a dead runner's lease, a retry
+        that is due, an unclaimed hand-off, an expiry. It may be slightly stale (an eventually
+        consistent index); whatever acts on an entry re-checks the record.
+        """
+        ...
+
+    def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
+        """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
+        ...
+
+    def put_outbox(self, record: OutboxRecord) -> None:
+        """Store a notification's delivery state (create or overwrite)."""
+        ...
+
+    def add_event(self, turn_id: str, event: JsonDict) -> None:
+        """Append one audit event (it carries ``type`` and ``at``)."""
+        ...
+
+    def events(self, turn_id: str) -> list[JsonDict]:
+        """The audit events of a turn, in the order they were added."""
+        ...
+
+    def start_call(self, call: CallRecord) -> bool:
+        """Claim a tool call before it runs; False if it was already started (never run twice)."""
+        ...
+
+    def finish_call(self, call: CallRecord) -> None:
+        """Record a started call's outcome."""
+        ...
+
+    def calls(self, turn_id: str) -> dict[str, CallRecord]:
+        """The turn's call records by toolUseId."""
+        ...
+
+    def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
+        """Store a config snapshot under its hash (idempotent)."""
+        ...
+
+    def get_config(self, config_hash: str) -> JsonDict | None:
+        """Read a config snapshot."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One Messages API call."""
+
+    model: str
+    system: str
+    max_tokens: int
+    messages: list[Message]
+    tools: list[JsonDict]
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """What the model said: content blocks and its stop reason."""
+
+    content: tuple[Block, ...]
+    stop_reason: str = "end_turn"
+    usage: JsonDict = field(default_factory=dict)
+
+
+class ModelClient(Protocol):
+    """Something that answers a Messages API request."""
+
+    def create(self, request: ModelRequest) -> ModelResponse:
+        """Call the model; raise ``ModelError`` (retryable or not) on failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class Notification:
+    """An outgoing event: ``approval``, ``question``, ``run_start`` or ``run_finish``."""
+
+    event: str
+    payload: JsonDict
+
+
+class Notifier(Protocol):
+    """Delivers notifications; raises on failure (the caller records it and moves on)."""
+
+    def send(self, notification: Notification) -> str:
+        """Deliver; return a short description of where it went (for the audit trail)."""
+        ...
+
+
+class ResumeInvoker(Protocol):
+    """Starts the resume of a turn elsewhere (Lambda async invoke) or in-process."""
+
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Ask for ``turn_id`` to be advanced; must not block on the turn itself.
+
+        ``version`` is the code version the turn recorded when it started (on Lambda: the resume
+        function's published version); an invoker that can pin code runs that version.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The three stores plus the clock, as one bundle the core passes around.
+
+    ``close`` releases the backend's resources (a SQLite file handle); a no-op where there are none.
+    """
+
+    checkpoints: CheckpointStore
+    sessions: SessionStore
+    turns: TurnStore
+    clock: Clock
+    close: Callable[[], None] = field(default=lambda: None, compare=False)

@@ -1,0 +1,145 @@
+"""What the loop needs from the outside world, bundled once per process by a composition root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loopengine.app.ports import Change, Committed, ModelClient, Notifier, ResumeInvoker, Stores
+from loopengine.authoring.agent import AgentConfig, from_snapshot
+from loopengine.authoring.tools import ToolFn
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.errors import Conflict, NotFound, VersionConflict
+from loopengine.domain.turns import TurnRecord
+
+MAX_CAS_ATTEMPTS = 50
+Decide = Callable[[TurnRecord, TurnCheckpoint | None], Change | None]
+
+JsonDict = dict[str, Any]
+
+
+class AgentSource(Protocol):
+    """Where current agent configs and tool code come from (see ``registry.AgentRegistry``)."""
+
+    def get(self, name: str) -> AgentConfig:
+        """The current config of an agent."""
+        ...
+
+    def code(self, name: str) -> dict[str, ToolFn]:
+        """Tool implementations by name."""
+        ...
+
+
+@dataclass
+class Runtime:
+    """Stores, agents, model, notifier and resume invoker for one process.
+
+    ``lease_seconds``: how long a runner's claim on a turn lasts between heartbeats (a dead
+    runner's turn is picked up by the sweep after at most this plus the sweep interval);
+    ``handoff_grace``: how long a turn made ready (or handed off) may stay unclaimed before the
+    sweep invokes it again; ``model_retry_seconds``: the first durable wait after a transient
+    model error (doubling, up to ``max_model_failures`` in a row, then the turn ends ``error``).
+    """
+
+    stores: Stores
+    agents: AgentSource
+    model_for: Callable[[AgentConfig], ModelClient]
+    notifier_for: Callable[[AgentConfig], Notifier | None]
+    invoker: ResumeInvoker
+    public_url: str = ""
+    lease_seconds: float = 60.0
+    handoff_grace: float = 60.0
+    model_retry_seconds: float = 30.0
+    max_model_failures: int = 5
+    observer: Callable[[str, JsonDict], None] | None = None
+    code_version: str | None = None
+    _configs: dict[tuple[str, str], AgentConfig] = field(default_factory=dict, repr=False)
+
+    def config_of(self, turn: TurnRecord) -> AgentConfig:
+        """The config snapshot the turn started under, with today's tool code.
+
+        Snapshots are immutable (stored under their content hash), so each is read once per process.
+        """
+        return self.config_by_hash(turn.agent, turn.config_hash)
+
+    def config_by_hash(self, agent: str, config_hash: str) -> AgentConfig:
+        """The config snapshot ``config_hash`` of ``agent``, with today's tool code."""
+        key = (agent, config_hash)
+        if key not in self._configs:
+            snapshot = self.stores.turns.get_config(config_hash)
+            if snapshot is None:
+                raise NotFound(f"config snapshot {config_hash} of agent {agent!r} is missing")
+            self._configs[key] = from_snapshot(snapshot, self.agents.code(agent))
+        return self._configs[key]
+
+    def transition(
+        self,
+        turn_id: str,
+        decide: Decide,
+        *,
+        turn: TurnRecord | None = None,
+        checkpoint_id: str | None = None,
+        cp: TurnCheckpoint | None = None,
+    ) -> Committed | None:
+        """The one compare-and-set helper: apply ``decide`` to the latest records atomically.
+
+        ``decide(turn, checkpoint)`` (pure; it may run more than once) returns the
+        :class:`~loopengine.app.ports.Change` to write, or ``None`` to decline (then the result is
+        ``None``). A lost race brings the stored record of whichever side conflicted and
+        ``decide`` runs again on it. ``turn`` / ``cp`` are records the caller already holds: the
+        first attempt writes on them without reading (a stale one just costs the conflict).
+        Events of a landed change are passed to the observer.
+        """
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if turn is None:
+                turn = self.stores.turns.get_turn(turn_id)
+                if turn is None:
+                    raise NotFound(f"no turn {turn_id!r}")
+            if checkpoint_id is not None and cp is None:
+                cp = self.stores.checkpoints.get(checkpoint_id)
+            change = decide(turn, cp)
+            if change is None:
+                return None
+            try:
+                done = self.stores.turns.commit(change)
+            except VersionConflict as conflict:
+                if isinstance(conflict.current, TurnCheckpoint):
+                    cp = conflict.current
+                elif isinstance(conflict.current, TurnRecord):
+                    turn = conflict.current
+                else:
+                    turn, cp = None, None
+                continue
+            if self.observer is not None:
+                for event in change.events:
+                    self.observer(str(event["type"]), {"turnId": turn_id, **event})
+            return done
+        raise Conflict(f"turn {turn_id} is too contended; try again")
+
+    def stamp(self, kind: str, **data: Any) -> JsonDict:
+        """An audit event stamped with the clock, to ride in a :class:`~loopengine.app.ports.Change`."""
+        return {"type": kind, "at": self.stores.clock.now(), **data}
+
+    def update_turn(
+        self,
+        turn_id: str,
+        fn: Callable[[TurnRecord], TurnRecord | None],
+        current: TurnRecord | None = None,
+        *events: JsonDict,
+    ) -> TurnRecord | None:
+        """Apply ``fn`` (pure) to the turn alone through :meth:`transition`; ``events`` ride along."""
+
+        def decide(turn: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+            changed = fn(turn)
+            return None if changed is None else Change(turn_id, turn=changed, events=events)
+
+        done = self.transition(turn_id, decide, turn=current)
+        return done.turn if done is not None else None
+
+    def event(self, turn_id: str, kind: str, **data: Any) -> None:
+        """Append an audit event stamped with the clock (and tell the observer, if any)."""
+        record = {"type": kind, "at": self.stores.clock.now(), **data}
+        self.stores.turns.add_event(turn_id, record)
+        if self.observer is not None:
+            self.observer(kind, {"turnId": turn_id, **record})

@@ -1,0 +1,142 @@
+"""Agent configuration: what a turn runs under, its snapshot and hash, and loading from a folder.
+
+An agent lives in one folder (see docs/agents.md): ``agent.yaml`` (name, model, system prompt,
+tools, policies, optional notifier), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``, a list
+of :class:`~loopengine.authoring.tools.Tool`). ``script.py`` may add ``respond`` for the offline scripted
+model. :mod:`.agent_loader` reads a folder; :mod:`.registry` finds them.
+
+A turn stores :meth:`AgentConfig.snapshot` under its hash when it starts and resumes under that
+snapshot: the prompt, model, tool schemas and rules a human approved against are the ones that
+finish the turn; only tool *code* is looked up by name at resume time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopengine.authoring.agent_schema import AgentFile
+from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
+from loopengine.domain.errors import ConfigError
+from loopengine.domain.gate import RuleSet
+from loopengine.domain.policy import Expiry
+from loopengine.domain.rules import RulesFile
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything a turn runs under."""
+
+    name: str
+    model: str
+    system: str
+    tools: tuple[Tool, ...]
+    rules: RuleSet
+    max_tokens: int = 1024
+    max_iterations: int = 10
+    notifier: JsonDict | None = None
+    on_new_message: str = "supersede"
+    expiry: Expiry | None = None
+    extra: JsonDict = field(default_factory=dict)
+    live_wait: float | None = None
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has it."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_specs(self) -> list[JsonDict]:
+        """The ``tools`` list sent to the model, built-in ``system_ask_user`` last."""
+        return [t.spec() for t in self.tools] + [ASK_USER_SPEC]
+
+    def snapshot(self) -> JsonDict:
+        """Everything that governs behaviour except tool code, as plain JSON."""
+        return {
+            "name": self.name,
+            "model": self.model,
+            "system": self.system,
+            "max_tokens": self.max_tokens,
+            "max_iterations": self.max_iterations,
+            "tools": [t.spec() for t in self.tools],
+            "rules": self.rules.source,
+            "notifier": self.notifier,
+            "on_new_message": self.on_new_message,
+            **(
+                {"pending_ttl": self.expiry.ttl_seconds, "on_expiry": self.expiry.on_expiry}
+                if self.expiry
+                else {}
+            ),
+            "extra": self.extra,
+            **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
+        }
+
+    def config_hash(self) -> str:
+        """Content hash of :meth:`snapshot`."""
+        return snapshot_hash(self.snapshot())
+
+
+def snapshot_hash(snapshot: JsonDict) -> str:
+    """``sha256:`` + hex digest of the canonical JSON of a snapshot."""
+    canonical = json.dumps(snapshot, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
+    """Rebuild a config from a stored snapshot; tool code comes from ``code`` by name.
+
+    A tool whose code no longer exists still has its schema (the model saw it); calling it
+    yields an error result instead of running something else.
+    """
+    tools = []
+    for spec in snapshot["tools"]:
+        fn = code.get(spec["name"]) or _missing(spec["name"])
+        tools.append(Tool(spec["name"], spec["description"], spec["input_schema"], fn))
+    return AgentConfig(
+        name=snapshot["name"],
+        model=snapshot["model"],
+        system=snapshot["system"],
+        tools=tuple(tools),
+        rules=RuleSet.from_dict(snapshot["rules"]),
+        max_tokens=int(snapshot["max_tokens"]),
+        max_iterations=int(snapshot["max_iterations"]),
+        notifier=snapshot.get("notifier"),
+        on_new_message=snapshot.get("on_new_message", "supersede"),
+        expiry=Expiry.parse(snapshot, "snapshot"),
+        extra=dict(snapshot.get("extra") or {}),
+        live_wait=snapshot.get("live_wait"),
+    )
+
+
+def _missing(name: str) -> ToolFn:
+    def run(_args: JsonDict) -> Any:
+        raise ConfigError(f"tool {name!r} no longer exists in this deployment")
+
+    return run
+
+
+def build_config(
+    agent: AgentFile, raw_agent: JsonDict, rules: RulesFile, raw_rules: JsonDict, tools: list[Tool]
+) -> AgentConfig:
+    """The config of validated agent.yaml / rules.yaml content (``raw_*`` as written) and its tools.
+
+    The raw rules and notifier blocks are what the snapshot keeps, so the config hash of a folder
+    does not depend on how this version of the code models them.
+    """
+    return AgentConfig(
+        name=agent.name,
+        model=agent.model,
+        system=agent.system,
+        tools=tuple(tools),
+        rules=RuleSet.from_model(rules, raw_rules),
+        max_tokens=agent.max_tokens,
+        max_iterations=agent.max_iterations,
+        notifier=raw_agent.get("notifier"),
+        on_new_message=agent.on_new_message,
+        expiry=Expiry(agent.pending_ttl, agent.on_expiry or "unknown")
+        if agent.pending_ttl is not None
+        else None,
+        live_wait=agent.live_wait,
+    )

@@ -1,0 +1,102 @@
+"""Notifier channels: build the one an agent's ``notifier:`` block names.
+
+    notifier:
+      channel: webhook            # webhook | email | sns | slack | lark | queue | database
+      config: {...}               # per channel; secrets are named by env var (``*_env``), never inline
+      events: [approval, question, run_start, run_finish]
+
+Each channel lives in its own module and is imported only when an agent uses it, so a deployment
+pays (at cold start) only for the SDKs of the channels it has. ``database`` pushes nothing: the
+pending list (``GET /pending-approvals``) is the poll surface.
+
+The helpers below are what every channel may use: settings and secrets from the config and the
+environment, the JSON body, payload fields as text. The AWS channels share
+:mod:`loopengine.channels.aws`, the HTTP ones :mod:`loopengine.channels.http`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from loopengine.app.ports import Notification, Notifier
+from loopengine.domain.clock import Clock
+from loopengine.domain.errors import ConfigError, DeliveryError
+
+Builder = Callable[[dict[str, Any], Mapping[str, str], Clock], Notifier | None]
+
+CHANNELS: dict[str, str | None] = {
+    "webhook": "loopengine.channels.webhook.send:from_config",
+    "email": "loopengine.channels.email.send:from_config",
+    "sns": "loopengine.channels.sns.send:from_config",
+    "queue": "loopengine.channels.queue.send:from_config",
+    "slack": "loopengine.channels.slack.send:from_config",
+    "lark": "loopengine.channels.lark.send:from_config",
+    "database": None,
+}
+
+
+def build(block: Mapping[str, Any], env: Mapping[str, str], clock: Clock) -> Notifier | None:
+    """The notifier for a ``notifier:`` block (``None`` for ``database``)."""
+    channel = block.get("channel")
+    if channel not in CHANNELS:
+        raise ConfigError(f"notifier channel {channel!r} is not one of {sorted(CHANNELS)}")
+    target = CHANNELS[channel]
+    if target is None:
+        return None
+    config = block.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"notifier {channel}: 'config' must be a mapping")
+    module, _, name = target.partition(":")
+    builder: Builder = getattr(importlib.import_module(module), name)
+    return builder(config, env, clock)
+
+
+def setting(config: Mapping[str, Any], env: Mapping[str, str], name: str, default_env: str = "") -> str:
+    """``config[name]``, else the env var named by ``config[name + "_env"]`` (or ``default_env``)."""
+    value = config.get(name)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    env_name = config.get(f"{name}_env") or default_env
+    return env.get(env_name, "").strip() if env_name else ""
+
+
+def secret(config: Mapping[str, Any], env: Mapping[str, str], name: str, channel: str) -> str:
+    """A secret, only ever from the env var ``config[name + "_env"]`` names (never inline)."""
+    if name in config:
+        raise ConfigError(f"notifier {channel}: put {name} in the environment and name it with {name}_env")
+    env_name = config.get(f"{name}_env")
+    value = env.get(env_name, "") if isinstance(env_name, str) else ""
+    if not value:
+        raise ConfigError(f"notifier {channel}: {name}_env must name a set environment variable")
+    return value
+
+
+def notification_body(notification: Notification) -> str:
+    """The JSON document the webhook, sns and queue channels send: ``{"event": ..., **payload}``.
+
+    Compact, event first; ``notification.event`` wins over an ``event`` key in the payload.
+    Raises :class:`~loopengine.domain.errors.DeliveryError` for a payload that is not JSON.
+    """
+    document: dict[str, Any] = {"event": notification.event}
+    document.update((k, v) for k, v in notification.payload.items() if k != "event")
+    try:
+        return json.dumps(document, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DeliveryError(
+            f"{notification.event} notification payload is not JSON-serialisable: {exc}"
+        ) from exc
+
+
+def text_of(value: Any) -> str:
+    """A payload field as text: ``""`` for missing, a string as it is, anything else as JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters (the last an ellipsis) when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

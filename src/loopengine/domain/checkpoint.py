@@ -1,0 +1,246 @@
+"""TurnCheckpoint: a paused batch, and its transitions (pure functions, no I/O).
+
+Shape (seed 000 "Worked example"): ``resultsSoFar`` holds the results of calls that already ran
+(or were answered, denied, skipped, expired); ``outstanding`` maps each pendingId to what it waits
+for. One more map, ``approved``, holds items a human approved, with the arguments that will run:
+a resolve only *records* the decision; the worker that resumes the turn runs them (each claimed
+before it runs, so a crash reports ``unknown``, never a second run).
+
+    outstanding --approve--> approved ........ (worker runs it after the batch closes)
+    outstanding --answer---> resultsSoFar
+    outstanding --expire---> resultsSoFar (unknown, or denied by policy)
+    outstanding --deny-----> resultsSoFar (denied); every other item, outstanding or approved,
+                             skipped: a denial cancels the whole batch, as a rule's denial does
+    outstanding --abandon--> resultsSoFar (unknown: superseded, cancelled)
+
+``closed`` means nothing is left to decide. Exactly one compare-and-set closes it, and the same
+write makes the turn ready to resume (:func:`loopengine.domain.turn_state.ready`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from loopengine.domain import outcomes
+from loopengine.domain.messages import ToolResultBlock, block_from_dict
+
+Kind = Literal["approval", "question"]
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    """One call waiting for a human."""
+
+    pending_id: str
+    tool_use_id: str
+    tool: str
+    args: JsonDict
+    reason: str
+    kind: Kind
+    args_hash: str
+    approvers: tuple[str, ...] = ()
+    expires_at: float | None = None
+    on_expiry: str = "unknown"
+
+    def to_dict(self) -> JsonDict:
+        """Stored (camelCase) form."""
+        return {
+            "expiresAt": self.expires_at,
+            "onExpiry": self.on_expiry,
+            "pendingId": self.pending_id,
+            "toolUseId": self.tool_use_id,
+            "tool": self.tool,
+            "args": self.args,
+            "reason": self.reason,
+            "kind": self.kind,
+            "argsHash": self.args_hash,
+            "approvers": list(self.approvers),
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> PendingItem:
+        """Parse the stored form."""
+        return PendingItem(
+            pending_id=d["pendingId"],
+            tool_use_id=d["toolUseId"],
+            tool=d["tool"],
+            args=d["args"],
+            reason=d["reason"],
+            kind=d.get("kind", "approval"),
+            args_hash=d.get("argsHash", ""),
+            approvers=tuple(d.get("approvers") or ()),
+            expires_at=d.get("expiresAt"),
+            on_expiry=d.get("onExpiry", "unknown"),
+        )
+
+
+@dataclass(frozen=True)
+class TurnCheckpoint:
+    """A paused batch; see the module docstring."""
+
+    id: str
+    turn_id: str
+    session_id: str
+    agent: str
+    tenant: str
+    results_so_far: tuple[ToolResultBlock, ...]
+    outstanding: dict[str, PendingItem]
+    created_at: float
+    approved: dict[str, PendingItem] = field(default_factory=dict)
+    closed: bool = False
+    denied: bool = False
+    decisions: tuple[JsonDict, ...] = ()
+    version: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Nothing left to decide (the worker may run the approved calls)."""
+        return self.closed
+
+    @property
+    def next_expiry(self) -> float | None:
+        """When the first still-open item expires (``None``: no open item has a ttl)."""
+        times = [i.expires_at for i in self.outstanding.values() if i.expires_at is not None]
+        return min(times) if times and not self.closed else None
+
+    @property
+    def pending_ids(self) -> list[str]:
+        """Every pendingId this checkpoint ever handed out."""
+        return [d["pendingId"] for d in self.decisions] + list(self.outstanding)
+
+    def to_dict(self) -> JsonDict:
+        """Stored (camelCase) form."""
+        return {
+            "id": self.id,
+            "turnId": self.turn_id,
+            "sessionId": self.session_id,
+            "agent": self.agent,
+            "tenant": self.tenant,
+            "resultsSoFar": [b.to_dict() for b in self.results_so_far],
+            "outstanding": {k: v.to_dict() for k, v in self.outstanding.items()},
+            "approved": {k: v.to_dict() for k, v in self.approved.items()},
+            "closed": self.closed,
+            "denied": self.denied,
+            "decisions": list(self.decisions),
+            "createdAt": self.created_at,
+            "version": self.version,
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> TurnCheckpoint:
+        """Parse the stored form."""
+        results = []
+        for raw in d.get("resultsSoFar", []):
+            block = block_from_dict(raw)
+            assert isinstance(block, ToolResultBlock)
+            results.append(block)
+        return TurnCheckpoint(
+            id=d["id"],
+            turn_id=d["turnId"],
+            session_id=d["sessionId"],
+            agent=d["agent"],
+            tenant=d.get("tenant", ""),
+            results_so_far=tuple(results),
+            outstanding={k: PendingItem.from_dict(v) for k, v in d["outstanding"].items()},
+            approved={k: PendingItem.from_dict(v) for k, v in d.get("approved", {}).items()},
+            closed=bool(d.get("closed", False)),
+            denied=bool(d.get("denied", False)),
+            decisions=tuple(d.get("decisions", [])),
+            created_at=float(d["createdAt"]),
+            version=int(d.get("version", 0)),
+        )
+
+
+def _decision(item: PendingItem, decision: str, by: JsonDict, at: float, **extra: Any) -> JsonDict:
+    record = {"pendingId": item.pending_id, "tool": item.tool, "decision": decision, "at": at}
+    record.update(by)
+    record.update({k: v for k, v in extra.items() if v is not None})
+    return record
+
+
+def approve(
+    cp: TurnCheckpoint, item: PendingItem, args: JsonDict, by: JsonDict, at: float, edited: bool
+) -> TurnCheckpoint:
+    """Approve ``item``: it moves to ``approved`` with the args that will actually run."""
+    outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
+    decision = _decision(item, "approve", by, at, editedArgs=args if edited else None)
+    return replace(
+        cp,
+        outstanding=outstanding,
+        approved={**cp.approved, item.pending_id: replace(item, args=args)},
+        closed=not outstanding,
+        decisions=(*cp.decisions, decision),
+    )
+
+
+def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: float) -> TurnCheckpoint:
+    """Record the user's answer to a question."""
+    outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
+    return replace(
+        cp,
+        outstanding=outstanding,
+        results_so_far=(*cp.results_so_far, outcomes.answered(item.tool_use_id, text)),
+        closed=not outstanding,
+        decisions=(*cp.decisions, _decision(item, "answer", by, at, answer=text)),
+    )
+
+
+def deny(
+    cp: TurnCheckpoint, item: PendingItem, comment: str | None, by: JsonDict, at: float
+) -> TurnCheckpoint:
+    """Deny ``item``: close at once; every other item of the batch (open or approved) is skipped."""
+    results = [outcomes.denied(item.tool_use_id, "a human reviewer denied this call", comment)]
+    decisions = [_decision(item, "deny", by, at, comment=comment)]
+    others = [o for o in (*cp.outstanding.values(), *cp.approved.values()) if o.pending_id != item.pending_id]
+    for other in others:
+        results.append(outcomes.skipped(other.tool_use_id))
+        decisions.append(_decision(other, "skipped", {"decidedBy": "cascade"}, at))
+    return replace(
+        cp,
+        outstanding={},
+        approved={},
+        results_so_far=(*cp.results_so_far, *results),
+        closed=True,
+        denied=True,
+        decisions=(*cp.decisions, *decisions),
+    )
+
+
+def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> TurnCheckpoint:
+    """Nobody answered ``item`` in time: record the policy's outcome (never "failed")."""
+    outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
+    why = f"nobody answered within {waited}"
+    if item.on_expiry == "deny":
+        result = outcomes.denied(item.tool_use_id, f"{why}; the agent's policy treats that as a denial")
+    else:
+        result = outcomes.unknown(item.tool_use_id, f"{why}; the call did not run")
+    decision = _decision(
+        item, "expired", {"decidedBy": "policy", "channel": "expiry"}, at, onExpiry=item.on_expiry
+    )
+    return replace(
+        cp,
+        outstanding=outstanding,
+        results_so_far=(*cp.results_so_far, result),
+        closed=not outstanding,
+        decisions=(*cp.decisions, decision),
+    )
+
+
+def abandon(cp: TurnCheckpoint, why: str, by: JsonDict, at: float) -> TurnCheckpoint:
+    """Close without a decision (superseded, cancelled): every item not yet run becomes ``unknown``.
+
+    That includes approved items: the worker runs them only once the batch closes, so none has run.
+    """
+    items = [*cp.outstanding.values(), *cp.approved.values()]
+    results = [outcomes.unknown(i.tool_use_id, why) for i in items]
+    decisions = [_decision(i, "abandoned", by, at, why=why) for i in items]
+    return replace(
+        cp,
+        outstanding={},
+        approved={},
+        results_so_far=(*cp.results_so_far, *results),
+        closed=True,
+        decisions=(*cp.decisions, *decisions),
+    )

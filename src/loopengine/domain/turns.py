@@ -1,0 +1,187 @@
+"""The turn record: one agent turn's durable state, and the per-call records inside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+JsonDict = dict[str, Any]
+
+
+class TurnStatus(StrEnum):
+    """Where a turn is; see :mod:`loopengine.domain.turn_state` for who moves it between these.
+
+    ``READY`` (its batch is complete, or it was handed off: waiting for a worker to claim it) and
+    ``RETRYING`` (waiting to call the model again after a transient error) show as ``running`` in
+    the HTTP API (:meth:`public`).
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    READY = "ready"
+    RETRYING = "retrying"
+    PAUSED = "paused"
+    FINISHED = "finished"
+
+    def public(self) -> str:
+        """The status DESIGN.md's API shows: running, paused, queued or finished."""
+        return "running" if self in (TurnStatus.READY, TurnStatus.RETRYING) else self.value
+
+
+class StopReason(StrEnum):
+    """Why a turn stopped (for now, or for good)."""
+
+    END_TURN = "end_turn"
+    PENDING_APPROVAL = "pending_approval"
+    PENDING_QUESTION = "pending_question"
+    DENIED = "denied"
+    MAX_ITERATIONS = "max_iterations"
+    ERROR = "error"
+    SUPERSEDED = "superseded"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn: the work on one user message, until it finishes.
+
+    ``start_seq`` is the index in the session history of the turn's first message; ``verdicts``
+    maps toolUseId to the gate's recorded verdict (decided once, never re-evaluated);
+    ``lease_until`` guards a running turn against a second runner; ``stop_requested`` (cancelled
+    or superseded) makes the loop stop at its next step boundary; ``sticky_tools`` were approved
+    for the rest of this turn; ``queued_message`` is the user message the turn answers (the runner
+    appends it to the session at ``start_seq`` if it is not there yet). ``runner`` names the
+    invocation holding the lease; ``due_at`` is when the sweep must look at the turn if nothing
+    else moved it (lease end, retry time, the grace of an unclaimed hand-off, the first pending
+    item's expiry), ``None`` when nothing is due; ``model_failures`` counts transient model errors
+    in a row. ``live``: the message came on the live channel (``"live": true``), so a pause's
+    notifications wait the agent's ``live_wait`` for an inline decision first.
+    """
+
+    turn_id: str
+    session_id: str
+    agent: str
+    tenant: str
+    config_hash: str
+    start_seq: int
+    created_at: float
+    trigger: str = "message"
+    status: TurnStatus = TurnStatus.RUNNING
+    stop_reason: StopReason | None = None
+    text: str | None = None
+    checkpoint_id: str | None = None
+    verdicts: dict[str, JsonDict] = field(default_factory=dict)
+    lease_until: float = 0.0
+    code_version: str | None = None
+    updated_at: float = 0.0
+    stop_requested: StopReason | None = None
+    sticky_tools: tuple[str, ...] = ()
+    queued_message: str | None = None
+    runner: str | None = None
+    due_at: float | None = None
+    model_failures: int = 0
+    live: bool = False
+    version: int = 0
+
+    def to_dict(self) -> JsonDict:
+        """Stored (camelCase) form."""
+        return {
+            "turnId": self.turn_id,
+            "sessionId": self.session_id,
+            "agent": self.agent,
+            "tenant": self.tenant,
+            "configHash": self.config_hash,
+            "startSeq": self.start_seq,
+            "createdAt": self.created_at,
+            "trigger": self.trigger,
+            "status": self.status.value,
+            "stopReason": self.stop_reason.value if self.stop_reason else None,
+            "text": self.text,
+            "checkpointId": self.checkpoint_id,
+            "verdicts": self.verdicts,
+            "leaseUntil": self.lease_until,
+            "codeVersion": self.code_version,
+            "updatedAt": self.updated_at,
+            "stopRequested": self.stop_requested.value if self.stop_requested else None,
+            "stickyTools": list(self.sticky_tools),
+            "queuedMessage": self.queued_message,
+            "runner": self.runner,
+            "dueAt": self.due_at,
+            "modelFailures": self.model_failures,
+            **({"live": True} if self.live else {}),
+            "version": self.version,
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> TurnRecord:
+        """Parse the stored form."""
+        return TurnRecord(
+            turn_id=d["turnId"],
+            session_id=d["sessionId"],
+            agent=d["agent"],
+            tenant=d.get("tenant", ""),
+            config_hash=d["configHash"],
+            start_seq=int(d["startSeq"]),
+            created_at=float(d["createdAt"]),
+            trigger=d.get("trigger", "message"),
+            status=TurnStatus(d.get("status", "running")),
+            stop_reason=StopReason(d["stopReason"]) if d.get("stopReason") else None,
+            text=d.get("text"),
+            checkpoint_id=d.get("checkpointId"),
+            verdicts=dict(d.get("verdicts") or {}),
+            lease_until=float(d.get("leaseUntil", 0.0)),
+            code_version=d.get("codeVersion"),
+            updated_at=float(d.get("updatedAt", 0.0)),
+            stop_requested=StopReason(d["stopRequested"]) if d.get("stopRequested") else None,
+            sticky_tools=tuple(d.get("stickyTools") or ()),
+            queued_message=d.get("queuedMessage"),
+            runner=d.get("runner"),
+            due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
+            model_failures=int(d.get("modelFailures", 0)),
+            live=bool(d.get("live", False)),
+            version=int(d.get("version", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A tool call's execution record: started (claimed) before it runs, outcome after.
+
+    ``result`` is the tool_result block in Messages API form; ``None`` while the call is running or
+    if the process died mid-call (then the outcome is reported as unknown, never re-run).
+    """
+
+    turn_id: str
+    tool_use_id: str
+    tool: str
+    started_at: float
+    outcome: str | None = None
+    result: JsonDict | None = None
+    finished_at: float | None = None
+
+    def to_dict(self) -> JsonDict:
+        """Stored (camelCase) form."""
+        return {
+            "turnId": self.turn_id,
+            "toolUseId": self.tool_use_id,
+            "tool": self.tool,
+            "startedAt": self.started_at,
+            "outcome": self.outcome,
+            "result": self.result,
+            "finishedAt": self.finished_at,
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> CallRecord:
+        """Parse the stored form."""
+        return CallRecord(
+            turn_id=d["turnId"],
+            tool_use_id=d["toolUseId"],
+            tool=d["tool"],
+            started_at=float(d["startedAt"]),
+            outcome=d.get("outcome"),
+            result=d.get("result"),
+            finished_at=d.get("finishedAt"),
+        )

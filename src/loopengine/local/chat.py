@@ -1,0 +1,272 @@
+"""``loopengine chat AGENT``: a terminal conversation on the live channel.
+
+Each line you type is sent as a live message (``"live": true``); the chat then follows the turn's
+events (``GET /turns/{turnId}/events``, long-polled), prints the model's text as it arrives and
+offers each pending item inline: approve, deny (with a comment), edit the arguments (checked by
+the server against the tool's schema: a 400 shows why and asks again) or answer a question. A
+chained pause is offered the same way. Decisions made here are recorded with channel ``live``.
+
+Walking away (Ctrl-C, end of input, or nobody answering within the wait) leaves the items pending
+for the other channels (the agent's notifiers, ``GET /pending-approvals``) and prints how to
+resolve them later with curl.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import sys
+from typing import Any, TextIO
+
+from loopengine.local.chat_client import ChatClient, Unreachable
+
+JsonDict = dict[str, Any]
+POLL_SECONDS = 20.0
+
+
+class WalkedAway(Exception):
+    """The user left (Ctrl-C, end of input or no answer in time) while items were pending."""
+
+
+class Chat:
+    """One terminal conversation with one agent."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        agent: str,
+        session_id: str | None = None,
+        live_wait: float | None = None,
+        out: TextIO | None = None,
+        inp: TextIO | None = None,
+    ) -> None:
+        self.client, self.agent, self.session_id = client, agent, session_id
+        self.live_wait = live_wait
+        self.out, self.inp = out or sys.stdout, inp or sys.stdin
+        self.mine: set[str] = set()
+        self.auth_hint: str | None = None
+        """How the printed curl lines authenticate (never the password itself)."""
+
+    def say(self, text: str) -> None:
+        """Print one line."""
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def ask(self, prompt: str, timeout: float | None = None) -> str:
+        """Read one line; WalkedAway at end of input or when ``timeout`` seconds pass."""
+        self.out.write(prompt)
+        self.out.flush()
+        if timeout is not None:
+            ready, _, _ = select.select([self.inp], [], [], max(0.0, timeout))
+            if not ready:
+                self.say("")
+                raise WalkedAway("no answer in time")
+        line = self.inp.readline()
+        if not line:
+            raise WalkedAway("end of input")
+        return line.rstrip("\n")
+
+    def run(self) -> int:
+        """The conversation loop; the exit status."""
+        self.say(f"Chatting with {self.agent} at {self.client.base} (live channel).")
+        self.say("Type a message and press Enter; Ctrl-C or Ctrl-D leaves.")
+        while True:
+            try:
+                text = self.ask("you> ").strip()
+            except (WalkedAway, KeyboardInterrupt):
+                self.say("bye")
+                return 0
+            if not text:
+                continue
+            try:
+                status = self.send(text)
+            except Unreachable as exc:
+                self.say(f"loopengine chat: {exc}")
+                return 2
+            if status is not None:
+                return status
+
+    def send(self, text: str) -> int | None:
+        """Send one message and follow its turn; an exit status when the chat should end."""
+        code, body = self.client.send(self.agent, text, self.session_id)
+        if code == 401:
+            self.say(
+                "loopengine chat: credentials rejected; pass --user/--password or set LOOPENGINE_CHAT_AUTH"
+            )
+            return 2
+        if code == 404 and "turnId" not in body:
+            self.say(f"loopengine chat: {body.get('message') or 'not found'}")
+            return 2
+        if code >= 400:
+            self.say(f"  ! {body.get('message') or body.get('error') or code}")
+            return None
+        self.session_id = body.get("sessionId") or self.session_id
+        try:
+            self.follow(str(body["turnId"]))
+        except WalkedAway:
+            return 0
+        except KeyboardInterrupt:
+            see = self.curl("GET", f"/turns/{body['turnId']}")
+            self.say(f"\nLeft turn {body['turnId']} to run on; see it with: {see}")
+            return 0
+        return None
+
+    def follow(self, turn_id: str) -> None:
+        """Show the turn's events until it finishes, offering pending items inline."""
+        after, last_text = 0, None
+        open_items: dict[str, JsonDict] = {}
+        while True:
+            code, body = self.client.events(turn_id, after, 0 if open_items else POLL_SECONDS)
+            if code != 200:
+                self.say(f"  ! cannot follow turn {turn_id}: {body.get('message') or code}")
+                return
+            for event in body.get("events", []):
+                last_text = self.show(event, open_items, last_text)
+            after = int(body.get("next", after))
+            if body.get("finished"):
+                return
+            if open_items and not body.get("events"):
+                pending_id, item = next(iter(open_items.items()))
+                try:
+                    self.offer(item)
+                except (WalkedAway, KeyboardInterrupt):
+                    self.leave(turn_id, list(open_items.values()))
+                    raise WalkedAway("left the items pending") from None
+                open_items.pop(pending_id, None)
+
+    def show(self, event: JsonDict, open_items: dict[str, JsonDict], last_text: str | None) -> str | None:
+        """Print one event; track the open items; the model's last text."""
+        kind = event.get("type")
+        if kind == "model_response" and event.get("text"):
+            self.say(f"agent> {event['text']}")
+            return str(event["text"])
+        if kind == "tool_outcome":
+            self.say(f"  [tool] {event.get('tool')}: {event.get('outcome')}")
+        elif kind in ("approval:pending", "question:pending"):
+            open_items[str(event["pendingId"])] = event
+        elif kind in ("decided", "expired") and event.get("pendingId") in open_items:
+            open_items.pop(str(event["pendingId"]), None)
+            if event.get("pendingId") not in self.mine:
+                by = f" by {event.get('decidedBy')}" + (
+                    f" ({event['channel']})" if event.get("channel") else ""
+                )
+                self.say(f"  [{kind}] {event.get('pendingId')}: {event.get('decision', 'expired')}{by}")
+        elif kind == "finished":
+            text, stop = event.get("text"), event.get("stopReason")
+            if text and text != last_text:
+                self.say(f"agent> {text}")
+            if stop != "end_turn":
+                self.say(f"  (turn finished: {stop})")
+        return last_text
+
+    def offer(self, item: JsonDict) -> None:
+        """Offer one pending item until it is decided here (or was decided elsewhere)."""
+        timeout = self._timeout(item)
+        if item.get("type") == "question:pending":
+            self.say(f"  ? the agent asks: {item.get('question')}")
+            if item.get("options"):
+                self.say(f"    options: {', '.join(str(o) for o in item['options'])}")
+            while True:
+                answer = self.ask("  answer> ", timeout).strip()
+                if answer and self._done(item, *self.client.answer(item["pendingId"], answer)):
+                    return
+        self.say(f"  ? {item.get('tool')} needs approval: {json.dumps(item.get('args'))}")
+        self.say(f"    reason: {item.get('reason')}")
+        while True:
+            choice = self.ask("  [a]pprove, [d]eny, [e]dit arguments > ", timeout).strip().lower()
+            body: JsonDict | None = None
+            if choice in ("a", "approve"):
+                body = {"decision": "approve", "argsHash": item.get("argsHash")}
+            elif choice in ("d", "deny"):
+                comment = self.ask("  comment (optional)> ", timeout).strip()
+                body = {
+                    "decision": "deny",
+                    "argsHash": item.get("argsHash"),
+                    **({"comment": comment} if comment else {}),
+                }
+            elif choice in ("e", "edit"):
+                if self._edit(item, timeout):
+                    return
+            else:
+                self.say("    please type a, d or e")
+            if body is not None and self._done(item, *self.client.resolve(item["pendingId"], body)):
+                return
+
+    def _edit(self, item: JsonDict, timeout: float | None) -> bool:
+        """Approve with edited arguments, asking again while the server rejects them; True if decided."""
+        self.say(f"    current arguments: {json.dumps(item.get('args'))}")
+        while True:
+            raw = self.ask("  new arguments as JSON (empty: back)> ", timeout).strip()
+            if not raw:
+                return False
+            try:
+                edited = json.loads(raw)
+            except ValueError as exc:
+                self.say(f"    not JSON: {exc}")
+                continue
+            body = {"decision": "approve", "editedArgs": edited, "argsHash": item.get("argsHash")}
+            code, answer = self.client.resolve(item["pendingId"], body)
+            if code == 400:
+                self.say(f"    rejected: {answer.get('message')}")
+                continue
+            return self._done(item, code, answer)
+
+    def _done(self, item: JsonDict, code: int, body: JsonDict) -> bool:
+        """Report a decision's answer; True when the item is no longer ours to decide."""
+        if code >= 400:
+            self.say(f"    ! {body.get('message') or body.get('error') or code}")
+            return code in (404,)
+        self.mine.add(str(item["pendingId"]))
+        if body.get("alreadyResolved"):
+            self.say("    (already decided elsewhere)")
+        elif body.get("outstanding"):
+            self.say(f"    recorded; {body['outstanding']} more waiting")
+        else:
+            self.say("    recorded")
+        return True
+
+    def _timeout(self, item: JsonDict) -> float | None:
+        if self.live_wait is not None:
+            return self.live_wait
+        until, at = item.get("liveUntil"), item.get("at")
+        if isinstance(until, int | float) and isinstance(at, int | float):
+            return max(1.0, until - at)
+        return None
+
+    def leave(self, turn_id: str, items: list[JsonDict]) -> None:
+        """Say what was left pending and how to resolve it later."""
+        self.say(f"\nLeft {len(items)} item(s) of turn {turn_id} pending for the other channels:")
+        for item in items:
+            if item.get("type") == "question:pending":
+                path, body = f"/pending-questions/{item['pendingId']}/answer", '{"answer":"..."}'
+            else:
+                path, body = f"/pending-approvals/{item['pendingId']}/resolve", '{"decision":"approve"}'
+            self.say(f"  {item.get('tool')}: {self.curl('POST', path, body)}")
+        self.say(f"  (all open items: {self.curl('GET', '/pending-approvals')})")
+
+    def curl(self, method: str, path: str, body: str | None = None) -> str:
+        """A curl line for ``method path`` against this server."""
+        auth = f" -u {self.auth_hint}" if self.auth_hint else ""
+        data = f" -H 'content-type: application/json' -d '{body}'" if body else ""
+        verb = "" if method == "GET" else f" -X {method}"
+        return f"curl -s{verb}{auth} {self.client.base}{path}{data}"
+
+
+def main(
+    agent: str,
+    url: str,
+    auth: str | None,
+    session_id: str | None,
+    live_wait: float | None,
+    auth_hint: str | None = None,
+) -> int:
+    """``loopengine chat``: check the server answers, then converse."""
+    client = ChatClient(url, auth)
+    try:
+        client.call("GET", "/health", timeout=5)
+    except Unreachable as exc:
+        print(f"loopengine chat: {exc} (is `loopengine dev` running?)", file=sys.stderr)
+        return 2
+    chat = Chat(client, agent, session_id, live_wait)
+    chat.auth_hint = auth_hint
+    return chat.run()

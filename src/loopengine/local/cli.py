@@ -1,0 +1,134 @@
+"""The ``loopengine`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from loopengine.domain.errors import LoopengineError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopengine", description="Durable tool-calling agents that pause for a human."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the offline end-to-end walkthrough")
+    demo.add_argument(
+        "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
+    )
+    demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
+    dev = sub.add_parser(
+        "dev", help="serve the HTTP API locally (127.0.0.1 by default; same handlers as AWS)"
+    )
+    dev.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787)")
+    dev.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address or name to listen on (default 127.0.0.1); requests must name it or a loopback "
+        "name in their Host header",
+    )
+    dev.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds a client has to send a whole request (default 10)",
+    )
+    dev.add_argument(
+        "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
+    )
+    dev.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="run the sweep (expiry, stalled turns, notification retries) this often; 0: never (default 10)",
+    )
+    agents = sub.add_parser("agents", help="list the agents (the agents package and LOOPENGINE_AGENTS_PATH)")
+    agents.add_argument(
+        "--check", action="store_true", help="validate every agent; print file:line errors; exit 1 on any"
+    )
+    new = sub.add_parser("new-agent", help="scaffold a working agent folder (runs offline)")
+    new.add_argument("name", help="the agent's route name, e.g. returns-desk")
+    new.add_argument(
+        "--dir",
+        default=None,
+        help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
+    )
+    chat = sub.add_parser("chat", help="talk to an agent in the terminal; decide its pending items inline")
+    chat.add_argument("agent", help="the agent's route name, e.g. customer-service")
+    chat.add_argument("--url", default="http://127.0.0.1:8787", help="API base URL (default: loopengine dev)")
+    chat.add_argument("--user", default=None, help="Basic auth user (or LOOPENGINE_CHAT_AUTH=user:password)")
+    chat.add_argument("--password", default=None, help="Basic auth password (with --user)")
+    chat.add_argument("--session", default=None, help="continue this sessionId")
+    chat.add_argument(
+        "--live-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="leave a pending item to the other channels after this long without an answer "
+        "(default: the agent's live_wait, else wait until Ctrl-C)",
+    )
+    return parser
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from loopengine.local.chat import main as chat
+
+    if args.live_wait is not None and (not math.isfinite(args.live_wait) or args.live_wait <= 0):
+        print("loopengine chat: --live-wait must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if (args.user is None) != (args.password is None):
+        print("loopengine chat: --user and --password go together", file=sys.stderr)
+        return 2
+    auth, hint = os.environ.get("LOOPENGINE_CHAT_AUTH") or None, '"$LOOPENGINE_CHAT_AUTH"'
+    if args.user is not None:
+        auth, hint = f"{args.user}:{args.password}", args.user
+    return chat(args.agent, args.url, auth, args.session, args.live_wait, hint if auth else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from loopengine.local.demo import run_demo
+
+            db = args.db or os.environ.get("LOOPENGINE_DB") or ".loopengine/demo.db"
+            return run_demo(db, fresh=args.fresh)
+        if args.command == "dev":
+            from loopengine.local.dev import serve
+
+            if args.workers < 1:
+                print("loopengine dev: --workers must be at least 1", file=sys.stderr)
+                return 2
+            if not math.isfinite(args.sweep_interval) or args.sweep_interval < 0:
+                print("loopengine dev: --sweep-interval must be 0 (off) or more", file=sys.stderr)
+                return 2
+            if not math.isfinite(args.read_timeout) or args.read_timeout <= 0:
+                print("loopengine dev: --read-timeout must be more than 0", file=sys.stderr)
+                return 2
+            return serve(args.port, args.workers, args.sweep_interval, args.host, args.read_timeout)
+        if args.command == "chat":
+            return _chat(args)
+        if args.command == "agents":
+            from loopengine.local.agents_cli import list_agents
+
+            return list_agents(os.environ, check=args.check)
+        if args.command == "new-agent":
+            from loopengine.local.agents_cli import scaffold
+
+            return scaffold(os.environ, args.name, args.dir)
+    except LoopengineError as exc:
+        print(f"loopengine: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
