@@ -16,13 +16,13 @@ from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict
 from loopengine.domain.yaml_lines import Lines, Problem
 
-CHANNELS = ("webhook", "email", "sns", "slack", "lark", "queue", "database")
+CHANNELS = ("webhook", "email", "sns", "slack", "lark", "queue", "redis", "database")
 """Notifier channels (the keys of ``loopengine.channels.base.CHANNELS``)."""
 EVENTS = ("approval", "question", "run_start", "run_finish")
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 """Route names: letters, digits, ``-`` and ``_``, up to 63 characters."""
 
-Channel = Literal["webhook", "email", "sns", "slack", "lark", "queue", "database"]
+Channel = Literal["webhook", "email", "sns", "slack", "lark", "queue", "redis", "database"]
 Event = Literal["approval", "question", "run_start", "run_finish"]
 Positive = Annotated[int, Field(gt=0)]
 

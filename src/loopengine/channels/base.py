@@ -1,7 +1,7 @@
 """Notifier channels: build the one an agent's ``notifier:`` block names.
 
     notifier:
-      channel: webhook            # webhook | email | sns | slack | lark | queue | database
+      channel: webhook            # webhook | email | sns | slack | lark | queue | redis | database
       config: {...}               # per channel; secrets are named by env var (``*_env``), never inline
       events: [approval, question, run_start, run_finish]
 
@@ -34,6 +34,7 @@ CHANNELS: dict[str, str | None] = {
     "queue": "loopengine.channels.queue.send:from_config",
     "slack": "loopengine.channels.slack.send:from_config",
     "lark": "loopengine.channels.lark.send:from_config",
+    "redis": "loopengine.channels.redis.send:from_config",
     "database": None,
 }
 
