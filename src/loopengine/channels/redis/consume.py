@@ -68,9 +68,7 @@ def connect(url: str) -> Any:
     """A ``redis.Redis`` for a worker: 5 s to connect, reads long enough for a blocking pop."""
     import redis
 
-    return redis.Redis.from_url(
-        url, socket_connect_timeout=5, socket_timeout=MAX_BLOCK_SECONDS + 5, client_name="loopengine-consumer"
-    )
+    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=MAX_BLOCK_SECONDS + 5)
 
 
 class RedisQueue:

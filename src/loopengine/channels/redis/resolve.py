@@ -15,8 +15,9 @@ Deny by default, because anyone who can write to the Redis key can write an entr
   entry naming another host would otherwise collect the consumer's credentials);
 * the ``pendingId`` must have the product's id form (``pnd_`` + 32 hex) and the ``eventId`` its
   form (``evt_`` + 32 hex), so nothing else reaches the path or a Redis key;
-* an approval is sent with the entry's ``argsHash``: the server refuses it (409) unless the item's
-  arguments are the ones the entry showed (what the decider saw is what runs);
+* an approval is sent with the hash of the tool and arguments the entry shows (``argsHash``): the
+  server refuses it (409) unless they are the item's, so what the decider saw is what runs (an
+  entry whose own ``argsHash`` disagrees with its arguments is refused without a request);
 * the server checks everything else (tenant, approvers, edited arguments) as for any caller.
 
 Errors: :class:`ResolveError` carries the status (``None`` for a network failure) and whether
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from loopengine.authoring.agent_schema import EVENTS
+from loopengine.authoring.tools import args_hash
 from loopengine.channels import http
 from loopengine.domain.ids import is_pending_id
 
@@ -70,6 +72,10 @@ class Entry:
             return Entry(body, raw, stream_id, "no eventId of the form evt_<32 hex>")
         if body["event"] in ("approval", "question") and not is_pending_id(body.get("pendingId")):
             return Entry(body, raw, stream_id, "no pendingId of the form pnd_<32 hex>")
+        if body["event"] == "approval" and not (
+            isinstance(body.get("tool"), str) and isinstance(body.get("args"), dict)
+        ):
+            return Entry(body, raw, stream_id, "an approval without tool and args")
         return Entry(body, raw, stream_id)
 
     @property
@@ -139,9 +145,10 @@ def request_for(entry: Entry, verdict: Verdict) -> tuple[str, dict[str, Any]]:
         return f"/pending-questions/{entry.pending_id}/answer", {"answer": verdict.answer}
     if verdict.decision == "answer":
         raise ResolveError("an approval takes approve or deny, not an answer", None, False)
-    body: dict[str, Any] = {"decision": verdict.decision}
-    if isinstance(entry.body.get("argsHash"), str):
-        body["argsHash"] = entry.body["argsHash"]
+    shown = args_hash(entry.body["tool"], entry.body["args"])
+    if entry.body.get("argsHash") != shown:
+        raise ResolveError("the entry's argsHash is not the hash of its tool and args", None, False)
+    body: dict[str, Any] = {"decision": verdict.decision, "argsHash": shown}
     if verdict.edited_args is not None:
         body["editedArgs"] = verdict.edited_args
     if verdict.comment:

@@ -102,7 +102,6 @@ def client_for(url: str, timeout: float) -> redis.Redis:
                 socket_connect_timeout=timeout,
                 socket_timeout=timeout,
                 retry=Retry(NoBackoff(), 0),
-                client_name="loopengine",
             )
             _clients[cache_key] = client
         return client
