@@ -364,8 +364,8 @@ def test_two_siblings_approved_at_once_both_recorded_resumed_once(dep: Deploymen
     assert dep.invoker.invoked == [turn_id]
     cp = dep.engine.rt.stores.checkpoints.find_by_pending(refund["pendingId"])
     assert cp is not None and cp.complete and not cp.denied
-    assert sorted(d["pendingId"] for d in cp.decisions) == sorted([refund["pendingId"], email["pendingId"]])
-    assert {d["decision"] for d in cp.decisions} == {"approve"}
+    assert sorted(d.pending_id for d in cp.decisions) == sorted([refund["pendingId"], email["pendingId"]])
+    assert {d.kind for d in cp.decisions} == {"approve"}
     assert len(cp.approved) == 2  # recorded; the worker runs them
     decided = audit(get_turn(turn_id), "decided")
     assert sorted(d["pendingId"] for d in decided) == sorted([refund["pendingId"], email["pendingId"]])

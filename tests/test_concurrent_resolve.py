@@ -71,7 +71,7 @@ def test_two_siblings_resolved_at_once_resume_exactly_once(attempt: int) -> None
         assert calls.count("refund") == calls.count("email") == 0  # a resolve records; the worker runs
         cp = h.rt.stores.checkpoints.find_by_pending(pids[0])
         assert cp is not None and cp.complete
-        assert sorted(d["decidedBy"] for d in cp.decisions) == ["alice@example.com", "bob@example.com"]
+        assert sorted(d.decided_by for d in cp.decisions) == ["alice@example.com", "bob@example.com"]
         assert [r.tool_use_id for r in cp.results_so_far] == ["t1"]
         assert sorted(i.tool_use_id for i in cp.approved.values()) == ["t2", "t3"]
         # exactly one of the two handed the turn on
@@ -127,7 +127,7 @@ def test_five_clicks_on_the_same_pending_id_run_the_tool_once(inline: bool) -> N
         assert calls.count("refund") == 1
         cp = h.rt.stores.checkpoints.find_by_pending(pid)
         assert cp is not None
-        assert [d["decision"] for d in cp.decisions] == ["approve"]
+        assert [d.kind for d in cp.decisions] == ["approve"]
         if not inline:
             h.engine.resume(out.turn_id)
         assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN

@@ -90,9 +90,9 @@ def test_invalid_edit_then_valid_edit_on_the_same_pending_id(bad: Any, why: str)
         cp = h.rt.stores.checkpoints.find_by_pending(item.pending_id)
         assert cp is not None
         (decision,) = cp.decisions
-        assert decision["decision"] == "approve"
-        assert decision["editedArgs"] == edit
-        assert decision["decidedBy"] == REVIEWER.identity
+        assert decision.kind == "approve"
+        assert decision.edited_args == edit
+        assert decision.decided_by == REVIEWER.identity
 
 
 def test_approve_without_edit_runs_the_drafted_args() -> None:

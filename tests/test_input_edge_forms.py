@@ -40,10 +40,8 @@ SLACK_USER = "U0ALICE"
 def edge(tmp_path: Path, handler_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Edge]:
     monkeypatch.setenv(MAGIC_SECRET_ENV, MAGIC_SECRET)
     monkeypatch.setenv(slack_handler.SECRET_ENV, SLACK_SECRET)
-    slack_handler.reset()
     with installed("sqlite", tmp_path) as made:
         yield made
-    slack_handler.reset()
 
 
 def _answer(event: dict[str, Any]) -> tuple[int, str]:

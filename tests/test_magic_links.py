@@ -404,9 +404,9 @@ def test_approve_unchanged_resumes_and_records_the_recipient(cs: Engine) -> None
     assert event["decision"] == "approve" and event["edited"] is False
     cp = cs.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
-    [record] = [d for d in cp.decisions if d["pendingId"] == pending]
-    assert record["decidedBy"] == REVIEWER and record["channel"] == "magic-link"
-    assert "editedArgs" not in record
+    [record] = [d for d in cp.decisions if d.pending_id == pending]
+    assert record.decided_by == REVIEWER and record.channel == "magic-link"
+    assert record.edited_args is None
 
 
 def test_sample_post_event_approves_with_its_comment(cs: Engine) -> None:
@@ -455,8 +455,8 @@ def test_edited_amount_runs_with_the_edit(cs: Engine) -> None:
     assert event["edited"] is True
     cp = cs.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
-    [record] = [d for d in cp.decisions if d["pendingId"] == pending]
-    assert record["editedArgs"] == {"order_id": "A-1001", "amount": 100.0, "reason": "arrived broken"}
+    [record] = [d for d in cp.decisions if d.pending_id == pending]
+    assert record.edited_args == {"order_id": "A-1001", "amount": 100.0, "reason": "arrived broken"}
     # the chained email pauses again; the model heard about the edited amount
     out = cs.outcome(turn_id)
     assert out.pending[0].tool == "send_email" and "100.00" in out.pending[0].args["body"]

@@ -532,9 +532,7 @@ def slack_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(slack_handler.SECRET_ENV, SIGNING_SECRET)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "loopengine-test")
-    slack_handler.reset()
     yield
-    slack_handler.reset()
     root.install(None)
 
 

@@ -438,9 +438,7 @@ def test_post_reply_over_real_http_failures() -> None:
 @pytest.fixture(autouse=True)
 def fresh_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(slack_handler.SECRET_ENV, SECRET)
-    slack_handler.reset()
     yield
-    slack_handler.reset()
 
 
 @pytest.fixture
@@ -522,8 +520,8 @@ def test_approve_resolves_and_the_turn_resumes(engine: Engine) -> None:
     assert (event["decidedBy"], event["channel"], event["decision"]) == (ALICE, "slack", "approve")
     cp = engine.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
-    [record] = [d for d in cp.decisions if d["pendingId"] == pending]
-    assert (record["decidedBy"], record["channel"]) == (ALICE, "slack")
+    [record] = [d for d in cp.decisions if d.pending_id == pending]
+    assert (record.decided_by, record.channel) == (ALICE, "slack")
     # AND the resume continued the turn (it chained to the refund email)
     assert engine.outcome(turn_id).pending[0].tool == "send_email"
 
@@ -557,8 +555,10 @@ def test_a_late_click_is_already_resolved(engine: Engine) -> None:
     pending = paused["pendingItems"][0]["pendingId"]
     assert click(f"approve:{pending}")[0] == 200
     # a second click, either button, by anyone: nothing runs twice
-    assert click(f"approve:{pending}", BOB) == (200, replaced("Already resolved"))
-    assert click(f"deny:{pending}", BOB) == (200, replaced("Already resolved"))
+    # the reply says what became of the item and who decided it (one item_fate for every channel)
+    late = replaced(f"Already resolved: approved by <@{ALICE}>")
+    assert click(f"approve:{pending}", BOB) == (200, late)
+    assert click(f"deny:{pending}", BOB) == (200, late)
     assert len(decided(engine, paused["turnId"])) == 1
     # an id nobody ever handed out
     assert click("approve:pnd_unknown") == (200, replaced("Already resolved"))
@@ -613,7 +613,6 @@ def test_no_secret_configured_is_503_and_nothing_is_decided(
     paused = pause_refund()
     pending = paused["pendingItems"][0]["pendingId"]
     monkeypatch.delenv(slack_handler.SECRET_ENV)
-    slack_handler.reset()
     status, body = click(f"approve:{pending}")
     assert (status, body) == (503, {"error": "not_configured", "message": "Slack is not configured"})
     assert decided(engine, paused["turnId"]) == []
@@ -716,8 +715,9 @@ def test_the_decision_is_posted_to_the_response_url(engine: Engine, replies: Res
     assert (status, body) == (200, replaced(f"Approved by <@{ALICE}>"))
     assert replies.posted == [Posted(REPLY_PATH, "application/json; charset=utf-8", body)]
     # AND a late click replaces it again with what happened, once per click
-    assert click(f"deny:{pending}", BOB) == (200, replaced("Already resolved"))
-    assert [p.message for p in replies.posted] == [body, replaced("Already resolved")]
+    late = replaced(f"Already resolved: approved by <@{ALICE}>")
+    assert click(f"deny:{pending}", BOB) == (200, late)
+    assert [p.message for p in replies.posted] == [body, late]
 
 
 def test_without_a_response_url_nothing_is_posted(engine: Engine, replies: ResponseUrls) -> None:
@@ -766,7 +766,7 @@ def test_a_failing_response_url_still_answers_200_and_the_decision_stands(
     assert "s3cr3tT0k3n" not in logged(caplog)
     # AND the item stays decided: a second click is a late click
     replies.reset()
-    assert click(f"approve:{pending}", BOB) == (200, replaced("Already resolved"))
+    assert click(f"approve:{pending}", BOB) == (200, replaced(f"Already resolved: approved by <@{ALICE}>"))
 
 
 # -- the route: approvers, questions, cancel and expiry (harness agent) ---------------------

@@ -150,10 +150,10 @@ def test_both_approved_in_either_order(h: Harness, calls: Calls, model: Scripted
     closed = h.rt.stores.checkpoints.find_by_pending(pending[first].pending_id)
     assert closed is not None and closed.closed and closed.complete
     cp = closed
-    by = {d["pendingId"]: d for d in cp.decisions}
-    assert by[pending[first].pending_id]["decidedBy"] == ALICE.identity
-    assert by[pending[second].pending_id]["decidedBy"] == BOB.identity
-    assert by[pending[second].pending_id]["channel"] == "slack"
+    by = {d.pending_id: d for d in cp.decisions}
+    assert by[pending[first].pending_id].decided_by == ALICE.identity
+    assert by[pending[second].pending_id].decided_by == BOB.identity
+    assert by[pending[second].pending_id].channel == "slack"
     assert h.rt.stores.checkpoints.list_open("") == []
     decided = events(h, turn_id, "decided")
     assert [e["decidedBy"] for e in decided] == [ALICE.identity, BOB.identity]
@@ -188,7 +188,7 @@ def test_one_denied_skips_the_untouched_sibling(
     assert done.stop_reason is StopReason.DENIED
     cp = h.rt.stores.checkpoints.find_by_pending(pending[sibling].pending_id)
     assert cp is not None and cp.closed and cp.denied and cp.outstanding == {}
-    kinds = {d["pendingId"]: d["decision"] for d in cp.decisions}
+    kinds = {d.pending_id: d.kind for d in cp.decisions}
     assert kinds == {pending[denied].pending_id: "deny", pending[sibling].pending_id: "skipped"}
     assert h.notifier.events("run_finish")[-1]["stopReason"] == "denied"
 

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-from loopengine.app import delivery, lifecycle, resolution, turn_events, views
+from loopengine.app import delivery, expiry, items, lifecycle, resolution, turn_events, views
 from loopengine.app.loop import TurnOutcome, Worker, advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
+from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message
@@ -28,7 +29,6 @@ WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
 
 JsonDict = dict[str, Any]
 MAX_MESSAGE_CHARS = 100_000
-ApprovalDecision = Literal["approve", "deny"]
 ApprovalScope = Literal["turn"]
 Trigger = Literal["message", "schedule"]
 
@@ -93,8 +93,9 @@ class Engine:
         stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
         if (earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede") or stopping:
             self._check_stop_authority(earlier, sender, "supersede")
-            by = {**sender.record(), "decidedBy": sender.identity}
-            stopped = lifecycle.request_stop(self.rt, earlier.turn_id, StopReason.SUPERSEDED, by)
+            stopped = lifecycle.request_stop(
+                self.rt, earlier.turn_id, StopReason.SUPERSEDED, sender.decided_by()
+            )
             if stopped.status is not TurnStatus.FINISHED:  # a crash left it half-stopped: close it
                 self.resume(earlier.turn_id)
                 stopped = self.turn(earlier.turn_id)
@@ -198,7 +199,7 @@ class Engine:
     def resolve(
         self,
         pending_id: str,
-        decision: ApprovalDecision,
+        decision: HumanVerdict,
         decider: Decider,
         edited_args: dict[str, Any] | None = None,
         comment: str | None = None,
@@ -239,8 +240,7 @@ class Engine:
         """
         turn = self.turn(turn_id, decider)
         self._check_stop_authority(turn, decider, "cancel")
-        by = {**decider.record(), "decidedBy": decider.identity}
-        return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, by)
+        return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, decider.decided_by())
 
     def _check_stop_authority(self, turn: TurnRecord, who: Decider, what: str) -> None:
         if who.operator:
@@ -258,7 +258,7 @@ class Engine:
 
     def expire(self, turn_id: str) -> int:
         """Apply the expiry policy to the turn's items past their deadline now (as the sweep would)."""
-        return lifecycle.expire_due(self.rt, self.turn(turn_id))
+        return expiry.expire_due(self.rt, self.turn(turn_id))
 
     def turn(self, turn_id: str, who: Decider | None = None) -> TurnRecord:
         """Read a turn (NotFound if unknown, or of a tenant ``who`` cannot see)."""
@@ -266,6 +266,14 @@ class Engine:
         if turn is None or (who is not None and not who.sees(turn.tenant)):
             raise NotFound(f"no turn {turn_id!r}")
         return turn
+
+    def item(self, pending_id: str, who: Decider | None = None, settle: bool = False) -> items.ItemView:
+        """One pending item, its turn, tool and fate (see :func:`loopengine.app.items.view`)."""
+        return items.view(self.rt, pending_id, who, settle)
+
+    def now(self) -> float:
+        """The engine's clock (what deadlines and link expiries are measured against)."""
+        return self.rt.stores.clock.now()
 
     def outcome(self, turn_id: str) -> TurnOutcome:
         """The turn's current outcome, with its open pending items."""

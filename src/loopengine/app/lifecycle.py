@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopengine.app import delivery, faults
+from loopengine.app import delivery, expiry, faults
 from loopengine.app.batch import pending_notification  # noqa: F401  (re-exported for callers)
 from loopengine.app.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
 from loopengine.app.ports import Append, Change
@@ -18,11 +18,11 @@ from loopengine.app.runtime import Runtime
 from loopengine.domain import checkpoint as cps
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.decisions import DecidedBy
 from loopengine.domain.errors import NotFound, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.policy import describe
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
@@ -118,7 +118,7 @@ def session_free(rt: Runtime, turn: TurnRecord) -> bool:
     return all(t.status is TurnStatus.FINISHED for t in earlier)
 
 
-def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: JsonDict) -> TurnRecord:
+def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: DecidedBy) -> TurnRecord:
     """Stop a turn for ``reason`` (cancelled or superseded) as soon as it safely can.
 
     Parked: its open items are abandoned (recorded as ``unknown``, never as denied or failed) in
@@ -129,7 +129,7 @@ def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: JsonDict) ->
     turn = _turn(rt, turn_id)
     now = rt.stores.clock.now()
     why = ABANDONED.get(reason, ABANDONED[StopReason.CANCELLED])
-    event = rt.stamp("stop_requested", reason=reason.value, **by)
+    event = rt.stamp("stop_requested", reason=reason.value, **by.fields())
 
     def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
         if t.status is TurnStatus.PAUSED and cp is not None and not cp.closed and t.checkpoint_id == cp.id:
@@ -154,45 +154,6 @@ def _approved_calls_waiting(rt: Runtime, turn: TurnRecord) -> bool:
         return False
     cp = rt.stores.checkpoints.get(turn.checkpoint_id)
     return cp is not None and bool(cp.approved)
-
-
-def expire_due(rt: Runtime, turn: TurnRecord) -> int:
-    """Apply the expiry policy to every item of the turn's parked batch that is past its deadline.
-
-    The same write makes the turn ready if that closed the batch (then it is handed on), or moves
-    its due time to the next expiry. Returns how many items expired.
-    """
-    if turn.status is not TurnStatus.PAUSED or turn.checkpoint_id is None:
-        return 0
-    now = rt.stores.clock.now()
-    expired: list[str] = []
-
-    def decide(t: TurnRecord, cp: TurnCheckpoint | None) -> Change | None:
-        expired.clear()
-        if cp is None or cp.closed:
-            return None
-        due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
-        if not due:
-            return None
-        for item in due:
-            cp = cps.expire(cp, item, now, describe(round((item.expires_at or now) - cp.created_at)))
-            expired.append(item.pending_id)
-        moved = (
-            ts.ready(t, cp.id, now, rt.handoff_grace)
-            if cp.closed
-            else ts.paused_due(t, cp.id, cp.next_expiry)
-        )
-        if moved is None:
-            return None
-        events = tuple(rt.stamp("expired", pendingId=p, decidedBy="policy") for p in expired)
-        return Change(t.turn_id, turn=moved, checkpoint=cp, events=events)
-
-    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
-    if done is None or done.turn is None:
-        return 0
-    if done.turn.status is TurnStatus.READY:
-        hand_on(rt, done.turn)
-    return len(expired)
 
 
 @dataclass(frozen=True)
@@ -232,7 +193,7 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
 def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
     """Move one due turn on; returns how many items expired (PAUSED) or 1 if it was handed on."""
     if turn.status is TurnStatus.PAUSED:
-        return expire_due(rt, turn)
+        return expiry.expire_due(rt, turn)
     if turn.status is TurnStatus.QUEUED:
         if session_free(rt, turn):
             hand_on(rt, turn)

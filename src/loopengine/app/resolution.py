@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopengine.app import faults
-from loopengine.app.lifecycle import expire_due, resume_turn
+from loopengine.app.expiry import expire_due
+from loopengine.app.lifecycle import resume_turn
 from loopengine.app.loop import hand_on
 from loopengine.app.ports import Change
 from loopengine.app.runtime import Runtime
@@ -153,9 +154,9 @@ def resolve_approval(
     if not decider.may_approve(item.approvers):
         raise Forbidden(f"{decider.id} is not among the approvers of this call")
     turn = _turn(rt, cp.turn_id)
-    now, by = rt.stores.clock.now(), decider.record()
+    now, by = rt.stores.clock.now(), decider.decided_by()
     if decision == "deny":
-        event = rt.stamp("decided", pendingId=pending_id, decision="deny", comment=comment, **by)
+        event = rt.stamp("decided", pendingId=pending_id, decision="deny", comment=comment, **by.fields())
         denied = _decide(rt, turn, cp, pending_id, lambda c, i: cps.deny(c, i, comment, by, now), event)
         if denied is None:
             return ALREADY
@@ -165,14 +166,14 @@ def resolve_approval(
     if edited_args is not None:
         args, edited = _check_edit(rt.config_of(turn), item, edited_args, decider), True
     event = rt.stamp(
-        "decided", pendingId=pending_id, decision="approve", edited=edited, comment=comment, **by
+        "decided", pendingId=pending_id, decision="approve", edited=edited, comment=comment, **by.fields()
     )
     approved = _decide(
         rt,
         turn,
         cp,
         pending_id,
-        lambda c, i: cps.approve(c, i, args, by, now, edited),
+        lambda c, i: cps.approve(c, i, args, by, now, edited, comment),
         event,
         sticky=item.tool if scope == "turn" else None,
     )
@@ -189,8 +190,8 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
     if isinstance(found, Resolution):
         return found
     cp, _item = found
-    now, by = rt.stores.clock.now(), decider.record()
-    event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by)
+    now, by = rt.stores.clock.now(), decider.decided_by()
+    event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by.fields())
     turn = _turn(rt, cp.turn_id)
     answered = _decide(rt, turn, cp, pending_id, lambda c, i: cps.answer(c, i, answer, by, now), event)
     if answered is None:

@@ -20,13 +20,24 @@ write makes the turn ready to resume (:func:`loopengine.domain.turn_state.ready`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from loopengine.domain import outcomes
+from loopengine.domain.decisions import (
+    Abandoned,
+    Answer,
+    Approve,
+    DecidedBy,
+    Decision,
+    Deny,
+    Expired,
+    Skipped,
+    decision_from_dict,
+)
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import ToolResultBlock, block_from_dict
 
 Kind = Literal["approval", "question"]
-JsonDict = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class TurnCheckpoint:
     approved: dict[str, PendingItem] = field(default_factory=dict)
     closed: bool = False
     denied: bool = False
-    decisions: tuple[JsonDict, ...] = ()
+    decisions: tuple[Decision, ...] = ()
     version: int = 0
 
     @property
@@ -108,7 +119,7 @@ class TurnCheckpoint:
     @property
     def pending_ids(self) -> list[str]:
         """Every pendingId this checkpoint ever handed out."""
-        return [d["pendingId"] for d in self.decisions] + list(self.outstanding)
+        return [d.pending_id for d in self.decisions] + list(self.outstanding)
 
     def to_dict(self) -> JsonDict:
         """Stored (camelCase) form."""
@@ -123,7 +134,7 @@ class TurnCheckpoint:
             "approved": {k: v.to_dict() for k, v in self.approved.items()},
             "closed": self.closed,
             "denied": self.denied,
-            "decisions": list(self.decisions),
+            "decisions": [d.to_dict() for d in self.decisions],
             "createdAt": self.created_at,
             "version": self.version,
         }
@@ -147,25 +158,47 @@ class TurnCheckpoint:
             approved={k: PendingItem.from_dict(v) for k, v in d.get("approved", {}).items()},
             closed=bool(d.get("closed", False)),
             denied=bool(d.get("denied", False)),
-            decisions=tuple(d.get("decisions", [])),
+            decisions=tuple(decision_from_dict(r) for r in d.get("decisions", [])),
             created_at=float(d["createdAt"]),
             version=int(d.get("version", 0)),
         )
 
 
-def _decision(item: PendingItem, decision: str, by: JsonDict, at: float, **extra: Any) -> JsonDict:
-    record = {"pendingId": item.pending_id, "tool": item.tool, "decision": decision, "at": at}
-    record.update(by)
-    record.update({k: v for k, v in extra.items() if v is not None})
-    return record
+def decisions_for(cp: TurnCheckpoint, pending_id: str) -> list[Decision]:
+    """What was decided about one item, oldest first (empty while it is open)."""
+    return [d for d in cp.decisions if d.pending_id == pending_id]
+
+
+class _Who(TypedDict):
+    pending_id: str
+    tool: str
+    at: float
+    decided_by: str
+    channel: str | None
+
+
+def _who(item: PendingItem, by: DecidedBy, at: float) -> _Who:
+    return {
+        "pending_id": item.pending_id,
+        "tool": item.tool,
+        "at": at,
+        "decided_by": by.identity,
+        "channel": by.channel,
+    }
 
 
 def approve(
-    cp: TurnCheckpoint, item: PendingItem, args: JsonDict, by: JsonDict, at: float, edited: bool
+    cp: TurnCheckpoint,
+    item: PendingItem,
+    args: JsonDict,
+    by: DecidedBy,
+    at: float,
+    edited: bool,
+    comment: str | None = None,
 ) -> TurnCheckpoint:
     """Approve ``item``: it moves to ``approved`` with the args that will actually run."""
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
-    decision = _decision(item, "approve", by, at, editedArgs=args if edited else None)
+    decision = Approve(**_who(item, by, at), edited_args=args if edited else None, comment=comment)
     return replace(
         cp,
         outstanding=outstanding,
@@ -175,7 +208,7 @@ def approve(
     )
 
 
-def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: float) -> TurnCheckpoint:
+def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: DecidedBy, at: float) -> TurnCheckpoint:
     """Record the user's answer to a question."""
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
     return replace(
@@ -183,20 +216,20 @@ def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: JsonDict, at: f
         outstanding=outstanding,
         results_so_far=(*cp.results_so_far, outcomes.answered(item.tool_use_id, text)),
         closed=not outstanding,
-        decisions=(*cp.decisions, _decision(item, "answer", by, at, answer=text)),
+        decisions=(*cp.decisions, Answer(**_who(item, by, at), answer=text)),
     )
 
 
 def deny(
-    cp: TurnCheckpoint, item: PendingItem, comment: str | None, by: JsonDict, at: float
+    cp: TurnCheckpoint, item: PendingItem, comment: str | None, by: DecidedBy, at: float
 ) -> TurnCheckpoint:
     """Deny ``item``: close at once; every other item of the batch (open or approved) is skipped."""
     results = [outcomes.denied(item.tool_use_id, "a human reviewer denied this call", comment)]
-    decisions = [_decision(item, "deny", by, at, comment=comment)]
+    decisions: list[Decision] = [Deny(**_who(item, by, at), comment=comment)]
     others = [o for o in (*cp.outstanding.values(), *cp.approved.values()) if o.pending_id != item.pending_id]
     for other in others:
         results.append(outcomes.skipped(other.tool_use_id))
-        decisions.append(_decision(other, "skipped", {"decidedBy": "cascade"}, at))
+        decisions.append(Skipped(pending_id=other.pending_id, tool=other.tool, at=at))
     return replace(
         cp,
         outstanding={},
@@ -216,9 +249,7 @@ def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> Tur
         result = outcomes.denied(item.tool_use_id, f"{why}; the agent's policy treats that as a denial")
     else:
         result = outcomes.unknown(item.tool_use_id, f"{why}; the call did not run")
-    decision = _decision(
-        item, "expired", {"decidedBy": "policy", "channel": "expiry"}, at, onExpiry=item.on_expiry
-    )
+    decision = Expired(pending_id=item.pending_id, tool=item.tool, at=at, on_expiry=item.on_expiry)
     return replace(
         cp,
         outstanding=outstanding,
@@ -228,14 +259,14 @@ def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> Tur
     )
 
 
-def abandon(cp: TurnCheckpoint, why: str, by: JsonDict, at: float) -> TurnCheckpoint:
+def abandon(cp: TurnCheckpoint, why: str, by: DecidedBy, at: float) -> TurnCheckpoint:
     """Close without a decision (superseded, cancelled): every item not yet run becomes ``unknown``.
 
     That includes approved items: the worker runs them only once the batch closes, so none has run.
     """
     items = [*cp.outstanding.values(), *cp.approved.values()]
     results = [outcomes.unknown(i.tool_use_id, why) for i in items]
-    decisions = [_decision(i, "abandoned", by, at, why=why) for i in items]
+    decisions = [Abandoned(**_who(i, by, at), why=why) for i in items]
     return replace(
         cp,
         outstanding={},

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from loopengine.domain.decisions import DecidedBy
+
 KINDS = ("user", "group", "slack", "lark", "email")
 OPERATOR = "operator"
 
@@ -79,9 +81,9 @@ class Principal:
         wanted = identities(approvers)
         return not wanted or bool(wanted & self.identities())
 
-    def record(self) -> dict[str, Any]:
-        """The audit fields of this decider."""
-        return {"decidedBy": self.identity, "channel": self.channel}
+    def decided_by(self) -> DecidedBy:
+        """Who this decider is in the decision log and the audit trail."""
+        return DecidedBy(self.identity, self.channel)
 
     def describe(self) -> dict[str, Any]:
         """``{id, kind, tenants, groups}`` as DESIGN.md names them."""

@@ -22,6 +22,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from loopengine.app.engine import Engine
+from loopengine.app.items import ItemView
 from loopengine.app.resolution import Decider
 from loopengine.authoring.tools import Tool
 from loopengine.channels.magic import form as forms
@@ -36,7 +37,6 @@ from loopengine.channels.magic.token import (
 )
 from loopengine.domain import errors
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.turns import TurnRecord
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
 
@@ -109,29 +109,27 @@ class _Context:
 
     engine: Engine
     claims: MagicClaims
-    cp: TurnCheckpoint | None
-    turn: TurnRecord | None
+    view: ItemView
 
     @property
     def pending_id(self) -> str:
         return self.claims.pending_id
 
+    @property
+    def cp(self) -> TurnCheckpoint | None:
+        return self.view.checkpoint
+
     def open_item(self) -> PendingItem | None:
         """The item if it is still waiting for a decision (and not past its deadline)."""
-        return forms.open_item(self.cp, self.pending_id, self.engine.rt.stores.clock.now())
+        return self.view.item
 
     def tool(self, name: str) -> Tool | None:
         """The tool as the turn's config snapshot describes it (None when unavailable)."""
-        if self.turn is None:
-            return None
-        try:
-            return self.engine.rt.config_of(self.turn).tool(name)
-        except errors.NotFound:
-            return None
+        return self.view.tool
 
-    def reload(self) -> _Context:
-        """The same token, with the item read again."""
-        return _load(self.engine, self.claims)
+    def reload(self, settle: bool = False) -> _Context:
+        """The same token, with the item read again (``settle``: record a due expiry first)."""
+        return _load(self.engine, self.claims, settle)
 
 
 def _context(token: str) -> _Context:
@@ -140,7 +138,7 @@ def _context(token: str) -> _Context:
         raise _Stop(_message(404, pages.DISABLED))
     engine = root.engine()
     try:
-        claims = verify_token(secret, token, engine.rt.stores.clock.now())
+        claims = verify_token(secret, token, engine.now())
     except InvalidMagicLink as exc:
         if exc.reason is MagicLinkReason.EXPIRED:
             raise _Stop(_message(410, pages.LINK_EXPIRED)) from None
@@ -149,14 +147,12 @@ def _context(token: str) -> _Context:
     return _load(engine, claims)
 
 
-def _load(engine: Engine, claims: MagicClaims) -> _Context:
-    cp = engine.rt.stores.checkpoints.find_by_pending(claims.pending_id)
-    turn = engine.rt.stores.turns.get_turn(cp.turn_id) if cp is not None else None
-    return _Context(engine, claims, cp, turn)
+def _load(engine: Engine, claims: MagicClaims, settle: bool = False) -> _Context:
+    return _Context(engine, claims, engine.item(claims.pending_id, settle=settle))
 
 
 def _closed_page(ctx: _Context) -> Response[str]:
-    return _html(200, pages.closed(forms.closed_state(ctx.cp, ctx.turn, ctx.pending_id)))
+    return _html(200, pages.closed(forms.closed_state(ctx.view.fate)))
 
 
 def _approval(
@@ -211,12 +207,8 @@ def _decide(token: str) -> Response[str]:
     ctx = _context(token)
     form = _form(router.current_event)
     item = ctx.open_item()
-    if item is None:
-        if ctx.cp is not None and forms.waiting(ctx.cp, ctx.pending_id):
-            # past its deadline: record the expiry now, as the sweep would (GET never does this)
-            ctx.engine.expire(ctx.cp.turn_id)
-            return _closed_page(ctx.reload())
-        return _closed_page(ctx)
+    if item is None:  # a POST settles a due expiry (app/expiry.py); a GET never does
+        return _closed_page(ctx.reload(settle=True))
     _check_approver(ctx, item)
     if item.kind == "question":
         return _decide_question(ctx, item, form)

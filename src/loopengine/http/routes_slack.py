@@ -46,7 +46,6 @@ from loopengine.channels.slack import interact as slack
 from loopengine.channels.slack import reply as slack_reply
 from loopengine.channels.slack.interact import SlackAction
 from loopengine.domain.errors import DeliveryError, Forbidden, InvalidInput
-from loopengine.domain.turns import StopReason
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
 
@@ -55,10 +54,6 @@ router = Router()  # type: ignore[no-untyped-call]
 SECRET_ENV = "LOOPENGINE_SLACK_SIGNING_SECRET"
 CHANNEL = "slack"
 
-ALREADY_RESOLVED = "Already resolved"
-SUPERSEDED = "Superseded: the user moved on with a new message"
-CANCELLED = "Cancelled"
-EXPIRED = "Expired: nobody answered in time"
 NOT_AN_APPROVER = "You are not among the approvers"
 
 REPLY_TIMEOUT = 2.0
@@ -83,10 +78,6 @@ def allowed_teams() -> frozenset[str]:
     return frozenset(t.strip() for t in raw.split(",") if t.strip())
 
 
-def reset() -> None:
-    """Kept for callers that reset state between tests: nothing is cached here any more."""
-
-
 @router.post("/integrations/slack/interactions", security=openapi.PUBLIC, responses=openapi.SLACK)
 def interactions() -> Response[Any]:  # a JSON body (no model: Slack reads it)
     """Verify Slack's signature, read the click, resolve the item, tell Slack what happened."""
@@ -96,7 +87,7 @@ def interactions() -> Response[Any]:  # a JSON body (no model: Slack reads it)
     timestamp = headers.get("x-slack-request-timestamp")
     signature = headers.get("x-slack-signature")
     engine = root.engine()
-    now = engine.rt.stores.clock.now()
+    now = engine.now()
     try:
         slack.check_freshness(timestamp, signature, now)
         secret = signing_secret()
@@ -145,35 +136,11 @@ def send_reply(response_url: str, message: slack.JsonDict) -> None:
 
 
 def outcome_text(engine: Engine, action: SlackAction, res: Resolution) -> str:
-    """What the message should say after this click."""
+    """What the message should say after this click: the decision, or what became of the item."""
     if not res.already_resolved:
         verb = "Approved" if action.decision == slack.APPROVE else "Denied"
         return f"{verb} by <@{action.user_id}>"
-    if res.expired:
-        return EXPIRED
-    return why_closed(engine, action.pending_id)
-
-
-def why_closed(engine: Engine, pending_id: str) -> str:
-    """Why an item no longer takes decisions, from its checkpoint's record and its turn's stop."""
-    stores = engine.rt.stores
-    cp = stores.checkpoints.find_by_pending(pending_id)
-    if cp is None:
-        return ALREADY_RESOLVED
-    records = [d for d in cp.decisions if d.get("pendingId") == pending_id]
-    if not records:
-        return ALREADY_RESOLVED
-    kind = records[-1].get("decision")
-    if kind == "expired":
-        return EXPIRED
-    if kind == "abandoned":
-        turn = stores.turns.get_turn(cp.turn_id)
-        stop = (turn.stop_reason or turn.stop_requested) if turn is not None else None
-        if stop is StopReason.SUPERSEDED:
-            return SUPERSEDED
-        if stop is StopReason.CANCELLED:
-            return CANCELLED
-    return ALREADY_RESOLVED
+    return slack.fate_text(engine.item(action.pending_id).fate)
 
 
 def _raw_body(body: Any, is_base64: bool) -> bytes:

@@ -5,8 +5,8 @@
 or a two-variant ``anyOf``/``oneOf`` with ``null``; a JSON textarea for anything else), and
 :func:`shown` shows a value its control cannot hold as JSON. :func:`edits` reads the submitted texts
 back into ``editedArgs``, only when something changed (JSON equality: ``1 == 1.0``, never
-``True == 1``). :func:`open_item` and :func:`closed_state` say what became of an item, from the
-checkpoint and turn records alone.
+``True == 1``). :func:`closed_state` words what became of an item
+(:func:`loopengine.domain.fate.item_fate`) for a page.
 
 Standard library only (plus loopengine's records and error tree); callers pass ``now``.
 """
@@ -23,9 +23,9 @@ from typing import Any, Literal, NamedTuple
 
 from loopengine.authoring.tools import Tool
 from loopengine.domain import errors
-from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.decisions import Abandoned, Decision
+from loopengine.domain.fate import Fate, FateState
 from loopengine.domain.jsonsafe import BadJson, parse_json
-from loopengine.domain.turns import StopReason, TurnRecord
 
 JsonDict = dict[str, Any]
 ARG_PREFIX = "arg."
@@ -276,65 +276,41 @@ def when(at: Any) -> str:
         return "an unknown time"
 
 
-def _by(decision: JsonDict) -> str:
-    who = decision.get("decidedBy") or "someone"
-    channel = decision.get("channel")
-    via = f" via {channel}" if channel else ""
-    return f"{who}{via} on {when(decision.get('at'))}"
+def _by(decision: Decision) -> str:
+    via = f" via {decision.channel}" if decision.channel else ""
+    return f"{decision.decided_by or 'someone'}{via} on {when(decision.at)}"
 
 
-def waiting(cp: TurnCheckpoint | None, pending_id: str) -> bool:
-    """Whether the item is still outstanding on an open checkpoint (its deadline may have passed)."""
-    return cp is not None and not cp.closed and pending_id in cp.outstanding
+_VERBS = {FateState.APPROVED: "approved", FateState.DENIED: "denied", FateState.ANSWERED: "answered"}
 
 
-def open_item(cp: TurnCheckpoint | None, pending_id: str, now: float) -> PendingItem | None:
-    """The item if it is still waiting for a decision (and not past its deadline)."""
-    if cp is None or not waiting(cp, pending_id):
-        return None
-    item = cp.outstanding[pending_id]
-    if item.expires_at is not None and item.expires_at <= now:
-        return None
-    return item
-
-
-def closed_state(cp: TurnCheckpoint | None, turn: TurnRecord | None, pending_id: str) -> ClosedState:
-    """(state, title, text) for an item that is no longer open."""
-    if cp is None:
+def closed_state(fate: Fate) -> ClosedState:
+    """(state, title, text) for an item that is no longer open, from its :func:`item_fate`."""
+    state, decision = fate.state, fate.decision
+    if state is FateState.GONE:
         text = "This request is no longer open: it was already resolved, or it no longer exists."
         return ClosedState("already-resolved", "Already resolved", text)
-    if waiting(cp, pending_id):  # open, but past its deadline (the sweep has not run yet)
-        text = "Expired — nobody answered in time, so this call did not run."
-        return ClosedState("expired", "Expired", text)
-    mine = [d for d in cp.decisions if d.get("pendingId") == pending_id]
-    decision = mine[-1] if mine else {}
-    kind = decision.get("decision")
-    verbs = {"approve": "approved", "deny": "denied", "answer": "answered"}
-    if isinstance(kind, str) and kind in verbs:
-        text = f"Already resolved: {verbs[kind]} by {_by(decision)}."
+    if state in _VERBS and decision is not None:
+        text = f"Already resolved: {_VERBS[state]} by {_by(decision)}."
         return ClosedState("already-resolved", "Already resolved", text)
-    if kind == "skipped":
+    if state is FateState.SKIPPED:
         text = (
             "Already resolved: another call of the same request was denied, so this one was "
             "skipped and did not run."
         )
         return ClosedState("already-resolved", "Already resolved", text)
-    if kind == "expired":
-        as_denial = decision.get("onExpiry") == "deny"
-        tail = "it was treated as a denial" if as_denial else "this call did not run"
+    if state is FateState.EXPIRED:
+        tail = "it was treated as a denial" if fate.denied_by_policy else "this call did not run"
         return ClosedState("expired", "Expired", f"Expired — nobody answered in time, so {tail}.")
-    stop = (turn.stop_reason or turn.stop_requested) if turn is not None else None
-    if kind == "abandoned" and stop is StopReason.SUPERSEDED:
+    if state is FateState.SUPERSEDED:
         text = (
             "Superseded — the user moved on with a new message before anyone answered. "
             "This call was neither approved nor denied, and it did not run."
         )
         return ClosedState("superseded", "Superseded", text)
-    if kind == "abandoned" and stop is StopReason.CANCELLED:
+    if state is FateState.CANCELLED:
         text = "Cancelled — the turn was cancelled before anyone answered. This call did not run."
         return ClosedState("cancelled", "Cancelled", text)
-    if kind == "abandoned":
-        text = f"This request was closed without a decision: {decision.get('why') or 'it did not run'}."
-        return ClosedState("abandoned", "Closed", text)
-    text = "This request is no longer open: it was already resolved."
-    return ClosedState("already-resolved", "Already resolved", text)
+    why = decision.why if isinstance(decision, Abandoned) else None
+    text = f"This request was closed without a decision: {why or 'it did not run'}."
+    return ClosedState("abandoned", "Closed", text)

@@ -31,15 +31,17 @@ import hmac
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs
 
 from loopengine.channels.signing import RejectReason, WebhookVerificationError
+from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.fate import Fate, FateState
 from loopengine.domain.jsonsafe import BadJson, parse_json
 
 JsonDict = dict[str, Any]
-Decision = Literal["approve", "deny"]
+Decision = HumanVerdict
 
 SIGNATURE_HEADER = "X-Slack-Signature"
 TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
@@ -299,3 +301,33 @@ def question_blocks(
     note = f"{where}. Replies in Slack are not read. pendingId `{escape(pending_id)}`"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(note, _SECTION_LIMIT)}]})
     return blocks
+
+
+_FATE_WORDS = {
+    FateState.APPROVED: "approved",
+    FateState.DENIED: "denied",
+    FateState.ANSWERED: "answered",
+}
+
+
+def fate_text(fate: Fate) -> str:
+    """A late click's reply: what became of the item, and who decided it (a Slack user as a mention)."""
+    decision = fate.decision
+    if fate.state in _FATE_WORDS and decision is not None:
+        who = who_text(decision.decided_by, decision.channel)
+        return f"Already resolved: {_FATE_WORDS[fate.state]} by {who}"
+    texts = {
+        FateState.SKIPPED: "Already resolved: skipped, because another call of the same request was denied",
+        FateState.EXPIRED: "Expired: nobody answered in time",
+        FateState.SUPERSEDED: "Superseded: the user moved on with a new message",
+        FateState.CANCELLED: "Cancelled",
+    }
+    return texts.get(fate.state, "Already resolved")
+
+
+def who_text(identity: str, channel: str | None) -> str:
+    """``<@U123>`` for a Slack user (Slack renders the name), the identity as text otherwise."""
+    if channel == "slack" and identity.removeprefix("slack:").isalnum():
+        return f"<@{identity.removeprefix('slack:')}>"
+    via = f" via {channel}" if channel else ""
+    return f"{escape(identity)}{via}"
