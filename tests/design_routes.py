@@ -1,6 +1,21 @@
-"""DESIGN.md "HTTP API": the product's route table, verbatim (template, SAM local and event tests)."""
+"""The product's routes, from where they are declared: DESIGN.md's route table and template.yaml.
+
+``DESIGN_ROUTES`` is DESIGN.md's table as the template declares it today (template, SAM local and
+event tests use it); ``tests/test_docs.py`` checks it against DESIGN.md itself, so the copy cannot
+drift. DESIGN.md lives outside the repository (``../shared/DESIGN.md`` beside it in CI, read-only);
+:func:`design_md_routes` is ``None`` where it is absent, and the tests that need it skip, saying so.
+"""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+DESIGN_MD = ROOT.parent / "shared" / "DESIGN.md"
+NO_DESIGN_MD = f"DESIGN.md is not at {DESIGN_MD} (it sits beside the repository as shared/DESIGN.md)"
 
 DESIGN_ROUTES = frozenset(
     {
@@ -21,6 +36,8 @@ DESIGN_ROUTES = frozenset(
         "GET /health",
     }
 )
+NOT_IN_TEMPLATE_YET = frozenset({"GET /inbox"})
+"""Routes DESIGN.md names that the template does not declare yet (remove one when it lands)."""
 PUBLIC_ROUTES = frozenset(
     {
         "GET /health",
@@ -31,3 +48,45 @@ PUBLIC_ROUTES = frozenset(
     }
 )
 """Authenticated by their own means (or not at all); never behind the JWT authorizer."""
+
+ROUTE = re.compile(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`\s]*)`")
+PARAM = re.compile(r"<(\w+)>")
+
+
+def design_md_routes(path: Path = DESIGN_MD) -> frozenset[str] | None:
+    """Every ``METHOD /path`` in the first column of DESIGN.md's "HTTP API" table; None if absent."""
+    if not path.exists():
+        return None
+    text = path.read_text(encoding="utf-8")
+    section = text.split("\n## HTTP API", 1)[1].split("\n## ", 1)[0]
+    return table_routes(section)
+
+
+def table_routes(markdown: str) -> frozenset[str]:
+    """The routes named in the first cell of each row of the markdown tables in ``markdown``."""
+    found: set[str] = set()
+    for line in markdown.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            first = line.split("|")[1]
+            found.update(f"{method} {path}" for method, path in ROUTE.findall(first))
+    return frozenset(found)
+
+
+def template_routes(path: Path = TEMPLATE) -> frozenset[str]:
+    """The routes of the HttpApi's OpenAPI ``DefinitionBody`` in template.yaml (CFN tags parsed)."""
+    from samtranslator.yaml_helper import yaml_parse
+
+    template: dict[str, Any] = yaml_parse(path.read_text(encoding="utf-8"))
+    body = template["Resources"]["HttpApi"]["Properties"]["DefinitionBody"]
+    return frozenset(f"{method.upper()} {route}" for route, item in body["paths"].items() for method in item)
+
+
+def served_routes(app: Any, in_schema_only: bool = False) -> frozenset[str]:
+    """The routes a Powertools resolver registered, as ``METHOD /path`` with ``{name}`` parameters.
+
+    ``in_schema_only``: only those its OpenAPI document includes.
+    """
+    routes = [
+        r for r in (*app._static_routes, *app._dynamic_routes) if r.include_in_schema or not in_schema_only
+    ]
+    return frozenset(r.method + " " + PARAM.sub(r"{\1}", r.path) for r in routes)

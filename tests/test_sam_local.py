@@ -131,8 +131,8 @@ def test_sam_local_start_api_mounts_every_design_route_on_the_api_function(sam: 
     assert {m.handler for m in mounted} == {"handlers.api.handler"}
 
 
-def test_readme_shows_the_route_table_sam_local_mounts(sam: dict[str, Any]) -> None:
-    assert f"```\n{route_table(mounted_routes(sam))}\n```" in (ROOT / "README.md").read_text()
+def test_deploy_md_shows_the_route_table_sam_local_mounts(sam: dict[str, Any]) -> None:
+    assert f"```\n{route_table(mounted_routes(sam))}\n```" in (ROOT / "docs" / "deploy.md").read_text()
 
 
 def test_with_the_jwt_authorizer_on_disable_authorizer_mounts_the_same_routes() -> None:
