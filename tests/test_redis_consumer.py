@@ -1,0 +1,220 @@
+"""The redis channel end to end: ``loopengine dev`` pushes, a worker pops and resolves through the API.
+
+One real redis-server (password-protected; the agents name it with ``url_env``) and one
+``loopengine dev`` per test module, with two agent folders loaded from ``LOOPENGINE_AGENTS_PATH``:
+``shop`` pushes to a list, ``desk`` adds to a stream. Each test drives a fresh turn; a worker
+(:mod:`loopengine.channels.redis.consume`) pops what the server pushed and decides it with the
+admin's credentials over HTTP. Skipped, with the reason, only where redis-server is not installed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from loopengine.authoring.tools import args_hash
+from loopengine.channels.redis.consume import RedisQueue, connect, consume_once
+from loopengine.channels.redis.resolve import ApiResolver, Entry, ResolveError, Verdict, basic_auth
+from tests.agent_folders import AGENT_YAML, calls, write_agent
+from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
+from tests.redis_support import RedisServer
+
+PASSWORD = "redis-password-do-not-leak-0123456789"
+NOTIFIER = """\
+notifier:
+  channel: redis
+  config: {{url_env: SHOP_REDIS_URL, key: "{key}", mode: {mode}}}
+  events: [approval, question]
+"""
+
+
+@dataclass
+class Stack:
+    dev: DevProcess
+    redis: RedisServer
+    agents: Path
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.dev.port}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.redis.port, password=PASSWORD, socket_timeout=30)
+
+    def queue(self, key: str, mode: str = "list", consumer: str = "worker-1") -> RedisQueue:
+        return RedisQueue(connect(self.redis.url(PASSWORD)), key, mode=mode, consumer=consumer)  # type: ignore[arg-type]
+
+    def message(self, agent: str) -> dict[str, Any]:
+        status, body = request(
+            self.dev.port, "POST", f"/agents/{agent}/messages", {"message": "refund please"}
+        )
+        assert status == 202 and body["status"] == "paused", body
+        return body
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("redis-e2e")
+    server = RedisServer(root / "redis", password=PASSWORD).start()
+    agents = root / "agents"
+    for name, key, mode in (("shop", "shop:approvals", "list"), ("desk", "desk:approvals", "stream")):
+        write_agent(agents, name, agent=AGENT_YAML.format(name=name) + NOTIFIER.format(key=key, mode=mode))
+    env = admin_env(root / "dev.db", LOOPENGINE_AGENTS_PATH=str(agents), SHOP_REDIS_URL=server.url(PASSWORD))
+    dev = DevProcess(env, free_port(), root / "dev.log")
+    dev.start()
+    try:
+        yield Stack(dev, server, agents)
+    finally:
+        dev.stop()
+        server.kill()
+        assert PASSWORD not in dev.log_text()
+
+
+def approve(entry: Entry) -> Verdict:
+    return Verdict.approve(comment=f"worker saw {entry.body['args']}")
+
+
+def test_a_worker_resolves_what_it_pops_and_the_turn_finishes(stack: Stack) -> None:
+    turn = stack.message("shop")
+    queue, api = stack.queue("shop:approvals"), ApiResolver(stack.api, AUTH, wait=10)
+
+    first = consume_once(queue, api, approve, timeout=5)
+    assert first is not None and first.outcome == "resolved", first
+    assert first.entry.pending_id == turn["pendingItems"][0]["pendingId"]
+    # the resume ran within the wait: it paused again on the second refund, which was pushed too
+    assert first.answer["status"] == "paused" and first.answer["turnId"] == turn["turnId"]
+
+    second = consume_once(queue, api, approve, timeout=5)
+    assert second is not None and second.outcome == "resolved"
+    assert second.entry.body["args"] == {"x": 2}
+    assert (second.answer["status"], second.answer["text"]) == ("finished", "all done")
+    assert calls(stack.agents / "shop") == [1, 2]
+
+    status, seen = request(stack.dev.port, "GET", f"/turns/{turn['turnId']}")
+    assert status == 200 and (seen["status"], seen["stopReason"]) == ("finished", "end_turn")
+    decided = [e for e in seen["audit"] if e["type"] == "decided"]
+    assert [d["decidedBy"] for d in decided] == ["admin", "admin"]
+    assert consume_once(queue, api, approve, timeout=0.2) is None  # nothing left
+
+
+class Trap(http.server.BaseHTTPRequestHandler):
+    """A server an attacker controls: it records every request (and any credentials in it)."""
+
+    seen: list[tuple[str, str | None]] = []
+
+    def do_POST(self) -> None:
+        Trap.seen.append((self.path, self.headers.get("Authorization")))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"resolved": true}')
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack: Stack) -> None:
+    trap = http.server.HTTPServer(("127.0.0.1", 0), Trap)
+    threading.Thread(target=trap.serve_forever, daemon=True).start()
+    try:
+        turn = stack.message("shop")
+        r = stack.client()
+        [raw] = r.lrange("shop:approvals", 0, -1)
+        body = json.loads(raw)
+        body["resolveUrl"] = f"http://127.0.0.1:{trap.server_port}/steal"  # where credentials would go
+        r.lset("shop:approvals", 0, json.dumps(body))
+        r.rpush("shop:approvals", raw)  # a duplicate delivery: the same eventId
+        queue, api = stack.queue("shop:approvals"), ApiResolver(stack.api, AUTH, wait=10)
+
+        resolved = consume_once(queue, api, approve, timeout=5)
+        assert resolved is not None and resolved.outcome == "resolved"
+        assert Trap.seen == []  # the worker's own API URL, never the entry's resolveUrl
+        duplicate = consume_once(queue, api, approve, timeout=5)
+        assert duplicate is not None and duplicate.outcome == "duplicate"
+        assert duplicate.entry.event_id == resolved.entry.event_id
+
+        # the second pause's entry, forged in Redis (other arguments, their hash): the decider
+        # approves what it was shown, the server refuses (409: not the item's call), nothing runs
+        [raw2] = r.lrange("shop:approvals", 0, -1)
+        forged = json.loads(raw2)
+        forged.update(args={"x": 999}, argsHash=args_hash("refund", {"x": 999}))
+        r.lset("shop:approvals", 0, json.dumps(forged))
+        refused = consume_once(queue, api, approve, timeout=5)
+        assert refused is not None and refused.outcome == "refused" and refused.status == 409
+        forged["argsHash"] = json.loads(raw2)["argsHash"]  # disagrees with its args: never sent
+        r.rpush("shop:approvals", json.dumps({**forged, "eventId": "evt_" + "f" * 32}))
+        local = consume_once(queue, api, approve, timeout=5)
+        assert local is not None and local.outcome == "refused" and local.status is None
+        assert calls(stack.agents / "shop")[-1] != 999
+        _, open_items = request(stack.dev.port, "GET", "/pending-approvals?agent=shop")
+        assert forged["pendingId"] in [i["pendingId"] for i in open_items["items"]]  # still open
+        assert turn["turnId"] in [i["turnId"] for i in open_items["items"]]
+    finally:
+        trap.shutdown()
+        trap.server_close()
+
+
+def test_a_stream_keeps_an_entry_until_the_api_took_it(stack: Stack) -> None:
+    turn = stack.message("desk")
+    queue = stack.queue("desk:approvals", mode="stream")
+    down = ApiResolver(f"http://127.0.0.1:{free_port()}", AUTH)  # nothing listens there
+    with pytest.raises(ResolveError) as caught:
+        consume_once(queue, down, approve, timeout=5)
+    assert caught.value.retryable and caught.value.status is None
+    r = stack.client()
+    assert r.xpending("desk:approvals", "loopengine")["pending"] == 1  # unacknowledged, not lost
+
+    api = ApiResolver(stack.api, AUTH, wait=10)
+    again = consume_once(queue, api, approve, timeout=5)  # this worker's unacknowledged entry first
+    assert again is not None and again.outcome == "resolved"
+    assert again.entry.pending_id == turn["pendingItems"][0]["pendingId"]
+    assert r.xpending("desk:approvals", "loopengine")["pending"] == 0
+    other = consume_once(stack.queue("desk:approvals", "stream", consumer="worker-2"), api, approve, 5)
+    assert other is not None and other.entry.body["args"] == {"x": 2}  # only the new entry
+    assert other.answer["status"] == "finished"
+
+
+def test_wrong_credentials_keep_the_entry(stack: Stack) -> None:
+    stack.message("shop")
+    queue = stack.queue("shop:approvals")
+    wrong = ApiResolver(stack.api, basic_auth("admin:wrong"))
+    with pytest.raises(ResolveError) as caught:
+        consume_once(queue, wrong, approve, timeout=5)
+    assert caught.value.status == 401 and caught.value.retryable
+    [kept] = stack.client().lrange("shop:approvals", 0, -1)
+    assert json.loads(kept)["event"] == "approval"
+    later = consume_once(queue, ApiResolver(stack.api, AUTH, wait=10), approve, timeout=5)
+    assert later is not None and later.outcome == "resolved"
+    assert later.answer["status"] == "paused"  # on the chained second refund, pushed by now
+    stack.client().delete("shop:approvals")  # which is not this test's
+
+
+def test_the_terminal_worker_decides_by_hand(stack: Stack) -> None:
+    turn = stack.message("shop")
+    env = {
+        **os.environ,
+        "LOOPENGINE_REDIS_URL": stack.redis.url(PASSWORD),
+        "LOOPENGINE_API_AUTH": "admin:secret",
+    }
+    command = [sys.executable, "-m", "loopengine.channels.redis.consume", "--api", stack.api]
+    command += ["--key", "shop:approvals", "--once"]
+    done = subprocess.run(
+        command, input="a\n", env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "wants to call refund" in done.stdout and "resolved" in done.stdout and turn["turnId"] in done.stdout
+    )
+    assert PASSWORD not in done.stdout + done.stderr
+    _, seen = request(stack.dev.port, "GET", f"/turns/{turn['turnId']}")
+    assert [e["decision"] for e in seen["audit"] if e["type"] == "decided"] == ["approve"], done.stdout
