@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from loopengine.app.ports import Stores
 from loopengine.domain import checkpoint as transitions
 from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.decisions import Approve, DecidedBy
 from loopengine.domain.errors import AlreadyExists, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock
 from tests.contract import T0, checkpoint, item
 
-WHO = {"decidedBy": "ops@example.com", "via": "http"}
+WHO = DecidedBy("ops@example.com", "http")
 
 
 def test_create_then_get_round_trips_every_field(stores: Stores) -> None:
@@ -27,7 +28,9 @@ def test_create_then_get_round_trips_every_field(stores: Stores) -> None:
         item(kind="question", question="which address?", options=["home", "work"]),
         created_at=T0 + 0.123456,
         approved={running.pending_id: running},
-        decisions=({"pendingId": running.pending_id, "decision": "approve", "at": T0, **WHO},),
+        decisions=(
+            Approve(pending_id=running.pending_id, tool=running.tool, at=T0, decided_by=WHO.identity),
+        ),
         results_so_far=(
             ToolResultBlock("toolu_a", '{"ok": true}'),
             ToolResultBlock("toolu_b", "boom", is_error=True),

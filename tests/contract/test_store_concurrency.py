@@ -22,6 +22,7 @@ import pytest
 from loopengine.app.ports import CheckpointStore, SessionStore, Stores
 from loopengine.domain import checkpoint as transitions
 from loopengine.domain.clock import FakeClock
+from loopengine.domain.decisions import Abandoned, DecidedBy
 from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message
@@ -50,13 +51,18 @@ def race(n: int, work: Callable[[int], T]) -> list[T]:
         return list(pool.map(go, range(n)))
 
 
+def _mark(mark: str) -> Abandoned:
+    """A decision record whose decider is the mark: the counter this test increments."""
+    return Abandoned(pending_id="pnd_mark", tool="mark", at=0.0, decided_by=mark)
+
+
 def increment(store: CheckpointStore, checkpoint_id: str, mark: str) -> None:
     """Add ``mark`` to the checkpoint's decisions: read, change, compare-and-set, retry on loss."""
     current = store.get(checkpoint_id)
     while True:
         assert current is not None
         try:
-            store.replace(dataclasses.replace(current, decisions=(*current.decisions, {"m": mark})))
+            store.replace(dataclasses.replace(current, decisions=(*current.decisions, _mark(mark))))
             return
         except VersionConflict as lost:
             current = lost.current
@@ -86,7 +92,7 @@ def test_concurrent_increments_are_never_lost(stores: Stores) -> None:
     final = stores.checkpoints.get(cp.id)
     assert final is not None
     assert final.version == THREADS * ROUNDS
-    marks = [d["m"] for d in final.decisions]
+    marks = [d.decided_by for d in final.decisions]
     assert sorted(marks) == sorted(f"{w}.{n}" for w in range(THREADS) for n in range(ROUNDS))
 
 
@@ -96,7 +102,7 @@ def test_racing_approvals_of_one_item_have_exactly_one_winner(stores: Stores) ->
     stores.checkpoints.create(cp)
 
     def click(worker: int) -> bool:
-        who = {"decidedBy": f"user{worker}"}
+        who = DecidedBy(f"user{worker}")
         change = transitions.approve(cp, pending, pending.args, who, T0, edited=False)
         try:
             stores.checkpoints.replace(change)
@@ -211,7 +217,7 @@ def test_processes_sharing_a_file_lose_nothing_and_claim_once(tmp_path: Path) ->
     expected = sorted(f"{w}.{n}" for w in range(PROCESSES) for n in range(ROUNDS))
     assert final is not None
     assert final.version == PROCESSES * ROUNDS
-    assert sorted(d["m"] for d in final.decisions) == expected
+    assert sorted(d.decided_by for d in final.decisions) == expected
     assert sorted(texts) == expected
     assert list(calls) == ["toolu_1"]
 
