@@ -63,6 +63,7 @@ typecheck: $(STAMP)
 # the SAM CLI environment is built only here, after lint and the type check have had their say
 pytest: $(STAMP) | $(SAM_STAMP)
 	scripts/ensure_chromium.sh
+	scripts/ensure_redis.sh
 	$(BIN)/pytest -n $(JOBS)
 
 test: lint typecheck pytest
