@@ -1,6 +1,5 @@
 """A worker for the ``redis`` channel: pop each entry, decide it, resolve it through the HTTP API.
 
-    import redis
     from loopengine.channels.redis.consume import RedisQueue, Verdict, consume_once, connect
     from loopengine.channels.redis.resolve import ApiResolver, basic_auth
 
@@ -66,7 +65,6 @@ __all__ = ["ApiResolver", "Entry", "Handled", "RedisQueue", "ResolveError", "Ver
 
 def connect(url: str) -> Any:
     """A ``redis.Redis`` for a worker: 5 s to connect, reads long enough for a blocking pop."""
-    import redis
 
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=MAX_BLOCK_SECONDS + 5)
 
