@@ -16,12 +16,20 @@ from loopengine.app import api_models as m
 from loopengine.domain.errors import LoopengineError
 from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
 from loopengine.http.observability import flush, logger, tracer
+from loopengine.http.routes_lark import router as lark_router
 from loopengine.http.routes_magic import router as magic_router
 from loopengine.http.routes_slack import router as slack_router
 
 # deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
 app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
-for router in (routes_turns.router, routes_pending.router, openapi.router, magic_router, slack_router):
+for router in (
+    routes_turns.router,
+    routes_pending.router,
+    openapi.router,
+    magic_router,
+    slack_router,
+    lark_router,
+):
     app.include_router(router)
 
 

@@ -59,13 +59,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from loopengine.app.ports import Notification
+from loopengine.app.ports import Notification, Notifier
 from loopengine.channels import http
-from loopengine.channels.base import clip, secret, text_of
+from loopengine.channels.base import secret
+from loopengine.channels.lark.cards import DEFAULT_LINK_TTL, CardMaker
 from loopengine.channels.magic import token as magic
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import ConfigError, DeliveryError
@@ -74,9 +74,6 @@ if TYPE_CHECKING:
     import httpx
 
 USER_AGENT = "loopengine-lark/0.1"
-DEFAULT_LINK_TTL = 7 * 24 * 3600
-TEXT_LIMIT = 4000
-"""Characters per card text element (Lark limits a whole card to about 30 KB)."""
 _MAX_DETAIL = 120
 
 
@@ -99,28 +96,55 @@ def _check_url(url: str) -> str:
     return http.origin(url)
 
 
-def _plain(text: str) -> dict[str, Any]:
-    return {"tag": "plain_text", "content": clip(text, TEXT_LIMIT)}
+def read_answer(
+    response: httpx.Response, target: str, fail: Callable[[str], DeliveryError]
+) -> dict[str, Any]:
+    """Lark's JSON answer once it says ``code`` 0; ``fail(...)`` for anything else.
+
+    Lark answers ``{"code": 0, "msg": ..., ...}`` (older custom bots: ``"StatusCode"``); another
+    HTTP status, another ``code`` or no such JSON is a failure naming the code and Lark's message.
+    """
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    said = ""
+    code: Any = None
+    if isinstance(answer, dict):
+        code = answer.get("code", answer.get("StatusCode"))
+        msg = answer.get("msg", answer.get("StatusMessage"))
+        if isinstance(msg, str) and msg.isprintable():
+            said = f" {msg[:_MAX_DETAIL]}"
+    if not response.is_success:
+        detail = f" (code {code}{said})" if isinstance(code, int) else ""
+        raise fail(f"{target} answered {http.status(response)}{detail}")
+    if not isinstance(answer, dict) or not isinstance(code, int) or isinstance(code, bool):
+        raise fail(f"{target} answered {response.status_code} without Lark's JSON")
+    if code != 0:
+        raise fail(f"{target} refused the card: code {code}{said}")
+    return answer
 
 
-def _div(text: str) -> dict[str, Any]:
-    return {"tag": "div", "text": _plain(text)}
-
-
-def _note(text: str) -> dict[str, Any]:
-    return {"tag": "note", "elements": [_plain(text)]}
-
-
-def _button(label: str, url: str, kind: str) -> dict[str, Any]:
-    return {"tag": "button", "text": {"tag": "plain_text", "content": label}, "type": kind, "url": url}
-
-
-def _card(title: str, template: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "config": {"wide_screen_mode": True},
-        "header": {"template": template, "title": {"tag": "plain_text", "content": clip(title, 200)}},
-        "elements": elements,
-    }
+def card_maker(
+    *,
+    clock: Clock,
+    magic_secret: str | None = None,
+    magic_recipient: str | None = None,
+    link_ttl: float = DEFAULT_LINK_TTL,
+    callback: bool = False,
+) -> CardMaker:
+    """The cards' settings, checked: both halves of a magic-link setup or neither, a positive lifetime."""
+    if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
+        raise ConfigError("notifier lark: magic links need both a secret and a recipient")
+    if link_ttl <= 0:
+        raise ConfigError("notifier lark: magic_link_ttl_seconds must be positive")
+    return CardMaker(
+        clock=clock,
+        magic_secret=magic_secret,
+        magic_recipient=magic_recipient,
+        link_ttl=link_ttl,
+        callback=callback,
+    )
 
 
 class LarkNotifier(http.HttpNotifier):
@@ -152,90 +176,19 @@ class LarkNotifier(http.HttpNotifier):
         host = _check_url(webhook_url)
         if secret is not None and not secret:
             raise ConfigError("notifier lark: the signing secret must not be empty")
-        if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
-            raise ConfigError("notifier lark: magic links need both a secret and a recipient")
-        if timeout <= 0 or link_ttl <= 0:
-            raise ConfigError("notifier lark: timeout and magic_link_ttl_seconds must be positive")
+        if timeout <= 0:
+            raise ConfigError("notifier lark: timeout must be positive")
+        self._cards = card_maker(
+            clock=clock, magic_secret=magic_secret, magic_recipient=magic_recipient, link_ttl=link_ttl
+        )
         super().__init__(webhook_url, f"lark {host}", timeout=timeout, transport=transport)
         self._secret = secret
         self._magic_secret = magic_secret
-        self._magic_recipient = magic_recipient
-        self._link_ttl = link_ttl
         self._clock = clock
-
-    # -- the card ---------------------------------------------------------------------------
-
-    def _link(self, payload: Mapping[str, Any]) -> tuple[str | None, str]:
-        """Where the buttons go, and the note that says what they do."""
-        pending_id = text_of(payload.get("pendingId"))
-        resolve_url = text_of(payload.get("resolveUrl"))
-        if self._magic_secret is not None and self._magic_recipient is not None and pending_id:
-            # resolveUrl is <public_url>/pending-{approvals,questions}/<id>/...: the magic page
-            # lives under the same public URL
-            for route in (
-                f"/pending-approvals/{pending_id}/resolve",
-                f"/pending-questions/{pending_id}/answer",
-            ):
-                if resolve_url.endswith(route):
-                    expires = self._clock.now() + self._link_ttl
-                    token = magic.issue_token(self._magic_secret, pending_id, self._magic_recipient, expires)
-                    link = magic.magic_url(resolve_url[: -len(route)], token)
-                    return link, "The buttons open a page to review and decide."
-        if resolve_url:
-            return resolve_url, (
-                "The buttons open the resolve route; it decides only on a POST with the API's credentials."
-            )
-        return None, "Decide in the app."
 
     def card(self, event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The card for one notification; ValueError for an unknown event or unusable payload."""
-        agent = text_of(payload.get("agent")) or "?"
-        pending_id = text_of(payload.get("pendingId"))
-        if event == "approval":
-            tool = text_of(payload.get("tool"))
-            args = payload.get("args")
-            if not pending_id or not tool or not isinstance(args, dict):
-                raise ValueError("an approval notification needs pendingId, tool and args")
-            url, how = self._link(payload)
-            elements = []
-            reason = text_of(payload.get("reason"))
-            if reason:
-                elements.append(_div(reason))
-            shown = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-            elements.append(_div(f"Arguments:\n{shown}"))
-            if url is not None:
-                buttons = [_button("Approve…", url, "primary"), _button("Deny…", url, "danger")]
-                elements.append({"tag": "action", "actions": buttons})
-            elements.append(_note(f"{how} Agent {agent}, pendingId {pending_id}"))
-            return _card(f"Approval needed: {tool}", "orange", elements)
-        if event == "question":
-            if not pending_id:
-                raise ValueError("a question notification needs a pendingId")
-            url, how = self._link(payload)
-            elements = [_div(text_of(payload.get("question")))]
-            options = payload.get("options")
-            if isinstance(options, list) and options:
-                elements.append(_div("Options:\n" + "\n".join(f"• {text_of(o)}" for o in options)))
-            if url is not None:
-                elements.append({"tag": "action", "actions": [_button("Answer…", url, "primary")]})
-            elements.append(_note(f"{how} Agent {agent}, pendingId {pending_id}"))
-            return _card(f"Question from {agent}", "blue", elements)
-        turn = text_of(payload.get("turnId"))
-        if event == "run_start":
-            trigger = text_of(payload.get("trigger")) or "message"
-            return _card(f"Run started: {agent}", "grey", [_note(f"Trigger {trigger}, turn {turn}")])
-        if event == "run_finish":
-            stop = text_of(payload.get("stopReason")) or "finished"
-            elements = []
-            final = text_of(payload.get("text")).strip()
-            if final:
-                elements.append(_div(final))
-            elements.append(_note(f"Stop reason {stop}, turn {turn}"))
-            template = "green" if stop == "end_turn" else "red"
-            return _card(f"Run finished: {agent}", template, elements)
-        raise ValueError(f"unknown notification event {event!r}")
-
-    # -- sending ----------------------------------------------------------------------------
+        return self._cards.card(event, payload)
 
     def _fail(self, text: str) -> DeliveryError:
         """A DeliveryError without the URL, its token path or the secrets, however they got in."""
@@ -261,38 +214,16 @@ class LarkNotifier(http.HttpNotifier):
         headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
         # not chained: the httpx exception carries the request, and with it the URL
         response = self._post(content, headers, target=self._where)
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
-        said = ""
-        code: Any = None
-        if isinstance(answer, dict):
-            code = answer.get("code", answer.get("StatusCode"))
-            msg = answer.get("msg", answer.get("StatusMessage"))
-            if isinstance(msg, str) and msg.isprintable():
-                said = f" {msg[:_MAX_DETAIL]}"
-        if not response.is_success:
-            detail = f" (code {code}{said})" if isinstance(code, int) else ""
-            raise self._fail(f"{self._where} answered {http.status(response)}{detail}")
-        if not isinstance(code, int) or isinstance(code, bool):
-            raise self._fail(f"{self._where} answered {response.status_code} without Lark's JSON")
-        if code != 0:
-            raise self._fail(f"{self._where} refused the card: code {code}{said}")
+        read_answer(response, self._where, self._fail)
         return self._where
 
 
-def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> LarkNotifier:
-    """An agent's Lark bot: ``{webhook_url_env, secret_env?, magic_link_recipient?, ...}``.
+def cards_from_config(config: Mapping[str, Any], env: Mapping[str, str], clock: Clock) -> CardMaker:
+    """The card settings of a ``lark`` block: ``magic_link_recipient``, its TTL, ``callback``.
 
-    The webhook URL and the signing secret only ever come from the environment; inline values
-    are a :class:`~loopengine.domain.errors.ConfigError`. ``magic_link_recipient`` needs
-    ``LOOPENGINE_MAGIC_LINK_SECRET`` set (the secret ``/magic/{token}`` verifies with).
+    ``magic_link_recipient`` needs ``LOOPENGINE_MAGIC_LINK_SECRET`` set (the secret
+    ``/magic/{token}`` verifies with).
     """
-    webhook_url = secret(config, env, "webhook_url", "lark").strip()
-    signing = (
-        secret(config, env, "secret", "lark") if ("secret" in config or "secret_env" in config) else None
-    )
     recipient = config.get("magic_link_recipient")
     magic_secret: str | None = None
     if recipient is not None:
@@ -305,11 +236,44 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     ttl = config.get("magic_link_ttl_seconds", DEFAULT_LINK_TTL)
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0:
         raise ConfigError("notifier lark: magic_link_ttl_seconds must be a positive number")
+    callback = config.get("callback", False)
+    if not isinstance(callback, bool):
+        raise ConfigError("notifier lark: callback must be true or false")
+    return card_maker(
+        clock=clock,
+        magic_secret=magic_secret,
+        magic_recipient=recipient,
+        link_ttl=float(ttl),
+        callback=callback,
+    )
+
+
+def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> Notifier:
+    """An agent's Lark notifier: the app's bot (``chat_id``) or a custom bot (``webhook_url_env``).
+
+    The webhook URL, the bot's signing secret and the app secret only ever come from the
+    environment; inline values are a :class:`~loopengine.domain.errors.ConfigError`, as is
+    ``callback: true`` on a custom bot (Lark sends no callbacks for its cards).
+    """
+    if "chat_id" in config or "chat_id_env" in config:
+        from loopengine.channels.lark import app  # the app's bot: token exchange, im/v1/messages
+
+        return app.from_config(config, env, clock)
+    cards = cards_from_config(config, env, clock)
+    if cards.callback:
+        raise ConfigError(
+            "notifier lark: callback buttons need the Lark app to send the cards (chat_id and "
+            "app_secret_env): Lark sends no callbacks for a custom bot's cards"
+        )
+    webhook_url = secret(config, env, "webhook_url", "lark").strip()
+    signing = (
+        secret(config, env, "secret", "lark") if ("secret" in config or "secret_env" in config) else None
+    )
     return LarkNotifier(
         webhook_url,
         clock=clock,
         secret=signing,
-        magic_secret=magic_secret,
-        magic_recipient=recipient,
-        link_ttl=float(ttl),
+        magic_secret=cards.magic_secret,
+        magic_recipient=cards.magic_recipient,
+        link_ttl=cards.link_ttl,
     )
