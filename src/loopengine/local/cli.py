@@ -20,6 +20,24 @@ def _parser() -> argparse.ArgumentParser:
         "--db", default=None, help="SQLite file (default: $LOOPENGINE_DB or .loopengine/demo.db)"
     )
     demo.add_argument("--fresh", action="store_true", help="start from an empty database file")
+    _add_dev(sub)
+    agents = sub.add_parser("agents", help="list the agents (the agents package and LOOPENGINE_AGENTS_PATH)")
+    agents.add_argument(
+        "--check", action="store_true", help="validate every agent; print file:line errors; exit 1 on any"
+    )
+    new = sub.add_parser("new-agent", help="scaffold a working agent folder (runs offline)")
+    new.add_argument("name", help="the agent's route name, e.g. returns-desk")
+    new.add_argument(
+        "--dir",
+        default=None,
+        help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
+    )
+    _add_chat(sub)
+    return parser
+
+
+def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``loopengine dev``: serve the HTTP API locally."""
     dev = sub.add_parser(
         "dev", help="serve the HTTP API locally (127.0.0.1 by default; same handlers as AWS)"
     )
@@ -47,17 +65,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="run the sweep (expiry, stalled turns, notification retries) this often; 0: never (default 10)",
     )
-    agents = sub.add_parser("agents", help="list the agents (the agents package and LOOPENGINE_AGENTS_PATH)")
-    agents.add_argument(
-        "--check", action="store_true", help="validate every agent; print file:line errors; exit 1 on any"
-    )
-    new = sub.add_parser("new-agent", help="scaffold a working agent folder (runs offline)")
-    new.add_argument("name", help="the agent's route name, e.g. returns-desk")
-    new.add_argument(
-        "--dir",
-        default=None,
-        help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
-    )
+
+
+def _add_chat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``loopengine chat``: talk to an agent in the terminal."""
     chat = sub.add_parser("chat", help="talk to an agent in the terminal; decide its pending items inline")
     chat.add_argument("agent", help="the agent's route name, e.g. customer-service")
     chat.add_argument("--url", default="http://127.0.0.1:8787", help="API base URL (default: loopengine dev)")
@@ -72,7 +83,6 @@ def _parser() -> argparse.ArgumentParser:
         help="leave a pending item to the other channels after this long without an answer "
         "(default: the agent's live_wait, else wait until Ctrl-C)",
     )
-    return parser
 
 
 def _chat(args: argparse.Namespace) -> int:

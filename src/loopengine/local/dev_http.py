@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit
 
 from loopengine.local import dev_guard as guard
@@ -113,6 +113,119 @@ class _Server(ThreadingHTTPServer):
         sys.stderr.write(f"  connection error: {type(sys.exc_info()[1]).__name__}\n")
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What one server's request handlers share."""
+
+    handler: Handler
+    allowed: frozenset[str]
+    quiet: bool
+    read_timeout: float
+
+
+class _Forward(BaseHTTPRequestHandler):
+    """Checks one request (:mod:`loopengine.local.dev_guard`), then forwards it to the handler."""
+
+    protocol_version = "HTTP/1.1"
+    settings: ClassVar[_Settings]
+    reader: guard.DeadlineReader
+
+    def setup(self) -> None:
+        """Read the connection through a deadline (``read_timeout`` per request)."""
+        super().setup()
+        self.reader = guard.DeadlineReader(self.connection, self.settings.read_timeout)
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        """Serve one request: request line, headers and body within ``read_timeout``."""
+        self.reader.restart()
+        super().handle_one_request()
+
+    def _serve(self) -> None:
+        length, refusal = self._check()
+        if refusal is not None:
+            self._refuse(refusal)
+            return
+        if dev_stream.wants_stream(self.command, self.path, self.headers.get("accept")):
+            self._stream()  # Server-Sent Events: a separate path (dev_stream)
+            return
+        try:
+            body = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            self._refuse(guard.Refusal(408, "request_timeout", "the request body did not arrive in time"))
+            return
+        finally:
+            self.connection.settimeout(self.settings.read_timeout)  # for writing the answer
+        if len(body) < length:  # the client went away mid-body
+            self.close_connection = True
+            return
+        self._forward(body)
+
+    def _check(self) -> tuple[int, guard.Refusal | None]:
+        """The body's length, or why the request is refused (Host, size, content type)."""
+        refusal = guard.check_host(self.headers.get("host"), self.settings.allowed)
+        length = 0
+        if refusal is None:
+            length, refusal = guard.check_length(
+                self.headers.get_all("content-length") or [],
+                self.headers.get("transfer-encoding"),
+                MAX_BODY_BYTES,
+            )
+        if refusal is None:
+            refusal = guard.check_content_type(self.command, self.path, self.headers.get("content-type"))
+        return length, refusal
+
+    def _forward(self, body: bytes) -> None:
+        event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
+        try:
+            result = self.settings.handler(event, LocalContext())
+        except Exception as exc:  # the handler maps errors itself; this is a last resort
+            sys.stderr.write(f"  handler failed: {type(exc).__name__}\n")
+            msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
+            result = {"statusCode": 500, "headers": {"content-type": "application/json"}, "body": msg}
+        payload = result.get("body") or ""
+        data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
+        status = int(result.get("statusCode", 200))
+        self.send_response(status)
+        for name, value in (result.get("headers") or {}).items():
+            self.send_header(name, value)
+        for cookie in result.get("cookies") or []:
+            self.send_header("Set-Cookie", cookie)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self) -> None:
+        ip, headers, handler = self.client_address[0], dict(self.headers), self.settings.handler
+        dev_stream.serve(
+            self, lambda target: handler(to_event("GET", target, headers, b"", ip), LocalContext())
+        )
+
+    def _refuse(self, refusal: guard.Refusal) -> None:
+        """Answer without calling the handler; the unread body (if any) ends the connection."""
+        data = json.dumps({"error": refusal.code, "message": refusal.message}).encode()
+        self.close_connection = True
+        self.send_response(refusal.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """One line per request: method, path without its query string, status."""
+        if not self.settings.quiet:
+            method = self.command or "-"
+            sys.stderr.write(f"  {method} {guard.safe_path(getattr(self, 'path', '') or '')} -> {code}\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: errors' arguments may hold the raw request line (a token); only log_request prints."""
+
+
 def make_server(
     port: int,
     handler: Handler,
@@ -124,100 +237,9 @@ def make_server(
 
     Requests pass :mod:`loopengine.local.dev_guard` first (Host, content type, size, read deadline).
     """
-    allowed = guard.allowed_hosts(host)
-
-    class Forward(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        reader: guard.DeadlineReader
-
-        def setup(self) -> None:
-            super().setup()
-            self.reader = guard.DeadlineReader(self.connection, read_timeout)
-            self.rfile = io.BufferedReader(self.reader)
-
-        def handle_one_request(self) -> None:
-            self.reader.restart()  # request line, headers and body within read_timeout
-            super().handle_one_request()
-
-        def _serve(self) -> None:
-            refusal = guard.check_host(self.headers.get("host"), allowed)
-            length = 0
-            if refusal is None:
-                length, refusal = guard.check_length(
-                    self.headers.get_all("content-length") or [],
-                    self.headers.get("transfer-encoding"),
-                    MAX_BODY_BYTES,
-                )
-            if refusal is None:
-                refusal = guard.check_content_type(self.command, self.path, self.headers.get("content-type"))
-            if refusal is not None:
-                self._refuse(refusal)
-                return
-            if dev_stream.wants_stream(self.command, self.path, self.headers.get("accept")):
-                self._stream()  # Server-Sent Events: a separate path (dev_stream)
-                return
-            try:
-                body = self.rfile.read(length) if length else b""
-            except TimeoutError:
-                self._refuse(guard.Refusal(408, "request_timeout", "the request body did not arrive in time"))
-                return
-            finally:
-                self.connection.settimeout(read_timeout)  # for writing the answer
-            if len(body) < length:  # the client went away mid-body
-                self.close_connection = True
-                return
-            self._forward(body)
-
-        def _forward(self, body: bytes) -> None:
-            event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
-            try:
-                result = handler(event, LocalContext())
-            except Exception as exc:  # the handler maps errors itself; this is a last resort
-                sys.stderr.write(f"  handler failed: {type(exc).__name__}\n")
-                msg = json.dumps({"error": "internal", "message": "internal error; see the server log"})
-                result = {"statusCode": 500, "headers": {"content-type": "application/json"}, "body": msg}
-            payload = result.get("body") or ""
-            data = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
-            status = int(result.get("statusCode", 200))
-            self.send_response(status)
-            for name, value in (result.get("headers") or {}).items():
-                self.send_header(name, value)
-            for cookie in result.get("cookies") or []:
-                self.send_header("Set-Cookie", cookie)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self) -> None:
-            ip, headers = self.client_address[0], dict(self.headers)
-            dev_stream.serve(
-                self, lambda target: handler(to_event("GET", target, headers, b"", ip), LocalContext())
-            )
-
-        def _refuse(self, refusal: guard.Refusal) -> None:
-            """Answer without calling the handler; the unread body (if any) ends the connection."""
-            data = json.dumps({"error": refusal.code, "message": refusal.message}).encode()
-            self.close_connection = True
-            self.send_response(refusal.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
-
-        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-            if not quiet:
-                method = self.command or "-"
-                sys.stderr.write(f"  {method} {guard.safe_path(getattr(self, 'path', '') or '')} -> {code}\n")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # errors' arguments may hold the raw request line (a token): only log_request prints
-
+    settings = _Settings(handler, guard.allowed_hosts(host), quiet, read_timeout)
+    forward = type("Forward", (_Forward,), {"settings": settings})
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("_BoundServer", (_Server,), {"address_family": family})
-    server: ThreadingHTTPServer = server_class((host, port), Forward)
+    server: ThreadingHTTPServer = server_class((host, port), forward)
     return server

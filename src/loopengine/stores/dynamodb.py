@@ -1,43 +1,8 @@
 """DynamoDB adapter for the three store ports: one table, conditional writes, transactions.
 
-Key schema (every key is a string; ``<t>`` is :func:`~loopengine.stores.dynamodb_codec.sortable`,
-16 hex digits whose string order is the numeric order of a timestamp):
-
-===============  =================  ============================  ===============================
-item             pk                 sk                            other attributes
-===============  =================  ============================  ===============================
-checkpoint       ``CP#<id>``        ``CP``                        version, agent, tenant, body;
-                                                                  while open: gsi1pk
-                                                                  ``OPEN#<tenant>``,
-                                                                  gsi1sk ``<t createdAt>#<id>``;
-                                                                  once closed: ttl
-pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId
-session head     ``SESSION#<sid>``  ``HEAD``                      length (messages stored)
-messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the messages from seq on
-                                                                  (one per item unless an append
-                                                                  brings more than 99)
-session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
-turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
-                                                                  is due: gsi1pk ``DUE``, gsi1sk
-                                                                  ``<t dueAt>#<tid>``
-audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
-                                                                  event counter, r: 24 random bits)
-tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
-notification     ``TURN#<tid>``     ``OUTBOX#<eventId>``          body; while undelivered: gsi1pk
-                                                                  ``OUTBOX``, gsi1sk
-                                                                  ``<t dueAt>#<eventId>``
-config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
-blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
-===============  =================  ============================  ===============================
-
-*body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
-:mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
-sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
-a checkpoint, a turn with nothing due or a delivered notification drops out of the index. A
-tenant's open checkpoints share the partition ``OPEN#<tenant>`` (ordered by creation time), so
-``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression.
-Due turns share the partition ``DUE`` and notifications ``OUTBOX``, ordered by due time;
-``due_turns`` / ``due_outbox`` read the keys below ``<t now>#~`` (no Scan).
+The key schema (which record is which item, the sparse index ``gsi1``, TTL) is
+:mod:`loopengine.stores.dynamodb_items`; the table client (retries, write tokens, transactions)
+:mod:`loopengine.stores.dynamodb_table`.
 
 Guarantees, and how:
 
@@ -52,21 +17,16 @@ Guarantees, and how:
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
   strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (``gsi1``) are eventually
   consistent.
-
-TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
-records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
-late, so no decision ever depends on it; ``ttl_days`` must outlast any turn that is still open.
-Blob parts are never deleted (they may be shared by content).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loopengine.app.ports import Change, Committed, JsonDict, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
@@ -75,12 +35,11 @@ from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
-from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
+from loopengine.stores.dynamodb_codec import key, s, sortable
+from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
 from loopengine.stores.dynamodb_table import (
     ABSENT,
-    TRANSACTION_BUDGET,
     TRANSACTION_ITEMS,
-    Condition,
     ConditionFailed,
     DynamoTable,
     TransactionCancelled,
@@ -89,49 +48,10 @@ from loopengine.stores.dynamodb_table import (
     version_is,
 )
 
-_EVENT_COUNTER = itertools.count(1)
-
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = ["DynamoStore", "count_requests", "create_table", "dynamodb_stores", "open_dynamodb_stores"]
-
-R = TypeVar("R")
-DAY = 86_400
-
-
-class DynamoStore:
-    """What the three stores share: the table, the clock (for ``ttl``) and the body codec."""
-
-    def __init__(self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> None:
-        self.table = table
-        self.clock = clock
-        self.ttl_days = ttl_days
-
-    def _ttl(self) -> Item:
-        if self.ttl_days is None:
-            return {}
-        return {"ttl": n(int(self.clock.now()) + self.ttl_days * DAY)}
-
-    def _item(
-        self, pk: str, sk: str, body: Any, attributes: Item | None = None, limit: int = INLINE_LIMIT
-    ) -> Item:
-        """An item holding ``body``; any blob parts it needs are written now, before it."""
-        encoded = encode(body, limit)
-        self.table.write_parts(encoded.parts)
-        return {**key(pk, sk), **(attributes or {}), **encoded.attributes}
-
-    def _read(self, pk: str, sk: str, parse: Callable[[Any], R]) -> R | None:
-        found = self.table.get(pk, sk)
-        return parse(self.table.decode(found)) if found else None
-
-    def _compare_and_set(self, item: Item, expected: int, parse: Callable[[JsonDict], R]) -> None:
-        try:
-            self.table.put(item, version_is(expected))
-        except ConditionFailed as lost:
-            current = parse(self.table.decode(lost.old)) if lost.old else None
-            what = item["pk"]["S"]
-            raise VersionConflict(f"{what} is not at version {expected}", current=current) from None
 
 
 class DynamoCheckpointStore(DynamoStore):
@@ -139,7 +59,7 @@ class DynamoCheckpointStore(DynamoStore):
 
     def create(self, cp: TurnCheckpoint) -> None:
         """Write the checkpoint and its pointers in one transaction; AlreadyExists if any is taken."""
-        actions = _create_checkpoint_actions(self, cp)
+        actions = self._create_checkpoint_actions(cp)
         try:
             self.table.transact(actions)
         except TransactionCancelled as exc:
@@ -172,26 +92,6 @@ class DynamoCheckpointStore(DynamoStore):
         ]
         return [cp for cp in found if not cp.closed]
 
-    def _checkpoint_item(self, cp: TurnCheckpoint) -> Item:
-        return _checkpoint_item(self, cp)
-
-
-def _checkpoint_item(store: DynamoStore, cp: TurnCheckpoint) -> Item:
-    listed = {"gsi1pk": s(f"OPEN#{cp.tenant}"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
-    listed = {} if cp.closed else listed
-    ttl = store._ttl() if cp.closed else {}
-    attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
-    return store._item(f"CP#{cp.id}", "CP", cp.to_dict(), {**attributes, **listed, **ttl})
-
-
-def _create_checkpoint_actions(store: DynamoStore, cp: TurnCheckpoint) -> list[dict[str, Any]]:
-    if len(cp.outstanding) >= TRANSACTION_ITEMS - 10:
-        raise StoreError(f"a checkpoint holds at most {TRANSACTION_ITEMS - 11} pending items here")
-    pointers = [
-        {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id)} for pending_id in cp.outstanding
-    ]
-    return [store.table.put_action(item, ABSENT) for item in (_checkpoint_item(store, cp), *pointers)]
-
 
 class DynamoSessionStore(DynamoStore):
     """SessionStore on DynamoDB: a head item holding the length, then the messages in order."""
@@ -210,42 +110,24 @@ class DynamoSessionStore(DynamoStore):
         message item must be absent, so two appenders can never both land.
         """
         try:
-            self.table.transact(_append_actions(self, session_id, messages, expected_len))
+            self.table.transact(self._append_actions(session_id, messages, expected_len))
         except TransactionCancelled as lost:
-            raise _append_conflict(lost, 0, session_id, expected_len) from None
+            raise append_conflict(lost, 0, session_id, expected_len) from None
 
 
-def _append_actions(
-    store: DynamoStore, session_id: str, messages: Sequence[Message], expected_len: int
-) -> list[dict[str, Any]]:
-    """The head moves from ``expected_len`` to the new length; every new message item is absent."""
-    pk = f"SESSION#{session_id}"
-    size = -(-len(messages) // (TRANSACTION_ITEMS - 11)) or 1  # messages per item: 1 unless > 89
-    groups = [messages[i : i + size] for i in range(0, len(messages), size)]
-    limit = min(INLINE_LIMIT, TRANSACTION_BUDGET // 2 // max(len(groups), 1))
-    head = {**key(pk, "HEAD"), "length": n(expected_len + len(messages))}
-    at_expected = Condition(
-        "#length = :expected" if expected_len else "attribute_not_exists(pk) OR #length = :expected",
-        {"#length": "length"},
-        {":expected": n(expected_len)},
-    )
-    actions = [store.table.put_action(head, at_expected)]
-    seq = expected_len
-    for group in groups:
-        item = store._item(pk, f"MSG#{seq:010d}", [m.to_dict() for m in group], limit=limit)
-        actions.append(store.table.put_action(item, ABSENT))
-        seq += len(group)
-    return actions
+@dataclass
+class _Plan:
+    """One commit's actions and, per action, how to parse the record a failed version condition returns."""
 
+    actions: list[Action] = field(default_factory=list)
+    parsers: list[Callable[[JsonDict], Any] | None] = field(default_factory=list)
+    head: int = -1
+    """Where the session head's action is, when the commit appends messages."""
 
-def _append_conflict(lost: TransactionCancelled, head: int, session_id: str, expected_len: int) -> Exception:
-    if not lost.failed(head):
-        return StoreError(f"session {session_id}: messages exist past the head")
-    old = lost.old(head)
-    current = int(old["length"]["N"]) if old else 0
-    return VersionConflict(
-        f"session {session_id} has {current} messages, not {expected_len}", current=current
-    )
+    def add(self, actions: list[Action], parse: Callable[[JsonDict], Any] | None = None) -> None:
+        """Append ``actions``, each read back on failure with ``parse`` (None: a create)."""
+        self.actions += actions
+        self.parsers += [parse] * len(actions)
 
 
 class DynamoTurnStore(DynamoStore):
@@ -257,62 +139,56 @@ class DynamoTurnStore(DynamoStore):
         A failed version condition becomes VersionConflict carrying that record's ALL_OLD; a taken
         create key becomes AlreadyExists.
         """
-        actions: list[dict[str, Any]] = []
-        parsers: list[Callable[[JsonDict], Any] | None] = []
-        turn: TurnRecord | None = None
-        cp: TurnCheckpoint | None = None
-        if change.new_turn is not None:
-            turn = change.new_turn
-            created = self._create_turn_actions(turn)
-            actions += created
-            parsers += [None] * len(created)
-        if change.turn is not None:
-            turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
-            actions.append(self.table.put_action(self._turn_item(turn), version_is(change.turn.version)))
-            parsers.append(TurnRecord.from_dict)
-        if change.new_checkpoint is not None:
-            cp = change.new_checkpoint
-            created = _create_checkpoint_actions(self, cp)
-            actions += created
-            parsers += [None] * len(created)
-        if change.checkpoint is not None:
-            cp = dataclasses.replace(change.checkpoint, version=change.checkpoint.version + 1)
-            expected = version_is(change.checkpoint.version)
-            actions.append(self.table.put_action(_checkpoint_item(self, cp), expected))
-            parsers.append(TurnCheckpoint.from_dict)
-        head = -1
-        if change.append is not None:
-            add = change.append
-            head = len(actions)
-            appended = _append_actions(self, add.session_id, add.messages, add.expected_len)
-            actions += appended
-            parsers += [None] * len(appended)
-        for event in change.events:
-            actions.append(self.table.put_action(self._event_item(change.turn_id, event), ABSENT))
-            parsers.append(None)
-        for record in change.outbox:
-            actions.append(self.table.put_action(self._outbox_item(record), ABSENT))
-            parsers.append(None)
-        if len(actions) > TRANSACTION_ITEMS:
+        plan, turn, cp = self._plan(change)
+        if len(plan.actions) > TRANSACTION_ITEMS:
             raise StoreError(
                 f"a state change of turn {change.turn_id} needs more than {TRANSACTION_ITEMS} items"
             )
         try:
-            self.table.transact(actions)
+            self.table.transact(plan.actions)
         except TransactionCancelled as lost:
-            if head >= 0 and change.append is not None and lost.failed(head):
-                raise _append_conflict(
-                    lost, head, change.append.session_id, change.append.expected_len
-                ) from None
-            for index, parse in enumerate(parsers):
-                if lost.failed(index) and parse is not None:
-                    old = lost.old(index)
-                    current = parse(self.table.decode(old)) if old else None
-                    raise VersionConflict(
-                        f"turn {change.turn_id}: a record changed", current=current
-                    ) from None
-            raise AlreadyExists(f"turn {change.turn_id}: a record to create exists") from lost
+            self._lost(lost, change, plan)
         return Committed(turn, cp)
+
+    def _plan(self, change: Change) -> tuple[_Plan, TurnRecord | None, TurnCheckpoint | None]:
+        """The transaction's actions, and the turn and checkpoint as they will be stored."""
+        plan = _Plan()
+        turn: TurnRecord | None = None
+        cp: TurnCheckpoint | None = None
+        if change.new_turn is not None:
+            plan.add(self._create_turn_actions(turn := change.new_turn))
+        if change.turn is not None:
+            turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
+            expected = version_is(change.turn.version)
+            plan.add([self.table.put_action(self._turn_item(turn), expected)], TurnRecord.from_dict)
+        if change.new_checkpoint is not None:
+            plan.add(self._create_checkpoint_actions(cp := change.new_checkpoint))
+        if change.checkpoint is not None:
+            cp = dataclasses.replace(change.checkpoint, version=change.checkpoint.version + 1)
+            expected = version_is(change.checkpoint.version)
+            plan.add([self.table.put_action(self._checkpoint_item(cp), expected)], TurnCheckpoint.from_dict)
+        if change.append is not None:
+            add = change.append
+            plan.head = len(plan.actions)
+            plan.add(self._append_actions(add.session_id, add.messages, add.expected_len))
+        for event in change.events:
+            plan.add([self.table.put_action(self._event_item(change.turn_id, event), ABSENT)])
+        for record in change.outbox:
+            plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
+        return plan, turn, cp
+
+    def _lost(self, lost: TransactionCancelled, change: Change, plan: _Plan) -> NoReturn:
+        """Raise what a cancelled commit means: the first failed condition decides."""
+        if plan.head >= 0 and change.append is not None and lost.failed(plan.head):
+            raise append_conflict(
+                lost, plan.head, change.append.session_id, change.append.expected_len
+            ) from None
+        for index, parse in enumerate(plan.parsers):
+            if lost.failed(index) and parse is not None:
+                old = lost.old(index)
+                current = parse(self.table.decode(old)) if old else None
+                raise VersionConflict(f"turn {change.turn_id}: a record changed", current=current) from None
+        raise AlreadyExists(f"turn {change.turn_id}: a record to create exists") from lost
 
     def create_turn(self, turn: TurnRecord) -> None:
         """Store the turn and its session index entry in one transaction; AlreadyExists if taken."""
@@ -320,11 +196,6 @@ class DynamoTurnStore(DynamoStore):
             self.table.transact(self._create_turn_actions(turn))
         except TransactionCancelled as exc:
             raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
-
-    def _create_turn_actions(self, turn: TurnRecord) -> list[dict[str, Any]]:
-        index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
-        items = (self._turn_item(turn), {**index, "turnId": s(turn.turn_id)})
-        return [self.table.put_action(item, ABSENT) for item in items]
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
@@ -376,20 +247,6 @@ class DynamoTurnStore(DynamoStore):
         """
         self.table.put(self._event_item(turn_id, event))
 
-    def _event_item(self, turn_id: str, event: JsonDict) -> Item:
-        at = event.get("at")
-        stamp = float(at) if isinstance(at, int | float) else self.clock.now()
-        sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
-        return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
-
-    def _outbox_item(self, record: OutboxRecord) -> Item:
-        listed: Item = {}
-        if record.due_at is not None:
-            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.event_id}")}
-        ttl = self._ttl() if record.due_at is None else {}
-        sk = f"OUTBOX#{record.event_id}"
-        return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
-
     def events(self, turn_id: str) -> list[JsonDict]:
         """The turn's audit events in the order they were added."""
         return [self.table.decode(i) for i in self.table.query(f"TURN#{turn_id}", "EVENT#")]
@@ -436,16 +293,6 @@ class DynamoTurnStore(DynamoStore):
     def get_config(self, config_hash: str) -> JsonDict | None:
         """Read a snapshot, or None."""
         return self._read(f"CONFIG#{config_hash}", "CONFIG", dict)
-
-    def _turn_item(self, turn: TurnRecord) -> Item:
-        attributes = {"version": n(turn.version)}
-        if turn.due_at is not None:  # a put replaces the whole item: otherwise unlisted
-            listed = f"{sortable(turn.due_at)}#{turn.turn_id}"
-            attributes |= {"gsi1pk": s("DUE"), "gsi1sk": s(listed)}
-        return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
-
-    def _call_item(self, call: CallRecord) -> Item:
-        return self._item(f"TURN#{call.turn_id}", f"CALL#{call.tool_use_id}", call.to_dict(), self._ttl())
 
 
 def _started(call: CallRecord) -> float:

@@ -1,0 +1,190 @@
+"""How each record of the DynamoDB stores is laid out as items of the one table.
+
+Key schema (every key is a string; ``<t>`` is :func:`~loopengine.stores.dynamodb_codec.sortable`,
+16 hex digits whose string order is the numeric order of a timestamp):
+
+===============  =================  ============================  ===============================
+item             pk                 sk                            other attributes
+===============  =================  ============================  ===============================
+checkpoint       ``CP#<id>``        ``CP``                        version, agent, tenant, body;
+                                                                  while open: gsi1pk
+                                                                  ``OPEN#<tenant>``,
+                                                                  gsi1sk ``<t createdAt>#<id>``;
+                                                                  once closed: ttl
+pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId
+session head     ``SESSION#<sid>``  ``HEAD``                      length (messages stored)
+messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the messages from seq on
+                                                                  (one per item unless an append
+                                                                  brings more than 99)
+session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
+turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
+                                                                  is due: gsi1pk ``DUE``, gsi1sk
+                                                                  ``<t dueAt>#<tid>``
+audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
+                                                                  event counter, r: 24 random bits)
+tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
+notification     ``TURN#<tid>``     ``OUTBOX#<eventId>``          body; while undelivered: gsi1pk
+                                                                  ``OUTBOX``, gsi1sk
+                                                                  ``<t dueAt>#<eventId>``
+config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
+blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
+===============  =================  ============================  ===============================
+
+*body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
+:mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
+sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
+a checkpoint, a turn with nothing due or a delivered notification drops out of the index. A
+tenant's open checkpoints share the partition ``OPEN#<tenant>`` (ordered by creation time), so
+``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression.
+Due turns share the partition ``DUE`` and notifications ``OUTBOX``, ordered by due time;
+``due_turns`` / ``due_outbox`` read the keys below ``<t now>#~`` (no Scan).
+
+TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
+records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
+late, so no decision ever depends on it; ``ttl_days`` must outlast any turn that is still open.
+Blob parts are never deleted (they may be shared by content).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from loopengine.app.ports import JsonDict
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.clock import Clock
+from loopengine.domain.errors import StoreError, VersionConflict
+from loopengine.domain.messages import Message
+from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
+from loopengine.stores.dynamodb_table import (
+    ABSENT,
+    TRANSACTION_BUDGET,
+    TRANSACTION_ITEMS,
+    Condition,
+    ConditionFailed,
+    DynamoTable,
+    TransactionCancelled,
+    version_is,
+)
+
+_EVENT_COUNTER = itertools.count(1)
+
+R = TypeVar("R")
+DAY = 86_400
+Action = dict[str, Any]
+
+
+class DynamoStore:
+    """What the three stores share: the table, the clock (for ``ttl``), the body codec, the items."""
+
+    def __init__(self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> None:
+        self.table = table
+        self.clock = clock
+        self.ttl_days = ttl_days
+
+    def _ttl(self) -> Item:
+        if self.ttl_days is None:
+            return {}
+        return {"ttl": n(int(self.clock.now()) + self.ttl_days * DAY)}
+
+    def _item(
+        self, pk: str, sk: str, body: Any, attributes: Item | None = None, limit: int = INLINE_LIMIT
+    ) -> Item:
+        """An item holding ``body``; any blob parts it needs are written now, before it."""
+        encoded = encode(body, limit)
+        self.table.write_parts(encoded.parts)
+        return {**key(pk, sk), **(attributes or {}), **encoded.attributes}
+
+    def _read(self, pk: str, sk: str, parse: Callable[[Any], R]) -> R | None:
+        found = self.table.get(pk, sk)
+        return parse(self.table.decode(found)) if found else None
+
+    def _compare_and_set(self, item: Item, expected: int, parse: Callable[[JsonDict], R]) -> None:
+        try:
+            self.table.put(item, version_is(expected))
+        except ConditionFailed as lost:
+            current = parse(self.table.decode(lost.old)) if lost.old else None
+            what = item["pk"]["S"]
+            raise VersionConflict(f"{what} is not at version {expected}", current=current) from None
+
+    def _checkpoint_item(self, cp: TurnCheckpoint) -> Item:
+        listed = {"gsi1pk": s(f"OPEN#{cp.tenant}"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
+        listed = {} if cp.closed else listed
+        ttl = self._ttl() if cp.closed else {}
+        attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
+        return self._item(f"CP#{cp.id}", "CP", cp.to_dict(), {**attributes, **listed, **ttl})
+
+    def _create_checkpoint_actions(self, cp: TurnCheckpoint) -> list[Action]:
+        if len(cp.outstanding) >= TRANSACTION_ITEMS - 10:
+            raise StoreError(f"a checkpoint holds at most {TRANSACTION_ITEMS - 11} pending items here")
+        pointers = [
+            {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id)}
+            for pending_id in cp.outstanding
+        ]
+        return [self.table.put_action(item, ABSENT) for item in (self._checkpoint_item(cp), *pointers)]
+
+    def _append_actions(
+        self, session_id: str, messages: Sequence[Message], expected_len: int
+    ) -> list[Action]:
+        """The head moves from ``expected_len`` to the new length; every new message item is absent."""
+        pk = f"SESSION#{session_id}"
+        size = -(-len(messages) // (TRANSACTION_ITEMS - 11)) or 1  # messages per item: 1 unless > 89
+        groups = [messages[i : i + size] for i in range(0, len(messages), size)]
+        limit = min(INLINE_LIMIT, TRANSACTION_BUDGET // 2 // max(len(groups), 1))
+        head = {**key(pk, "HEAD"), "length": n(expected_len + len(messages))}
+        at_expected = Condition(
+            "#length = :expected" if expected_len else "attribute_not_exists(pk) OR #length = :expected",
+            {"#length": "length"},
+            {":expected": n(expected_len)},
+        )
+        actions = [self.table.put_action(head, at_expected)]
+        seq = expected_len
+        for group in groups:
+            item = self._item(pk, f"MSG#{seq:010d}", [m.to_dict() for m in group], limit=limit)
+            actions.append(self.table.put_action(item, ABSENT))
+            seq += len(group)
+        return actions
+
+    def _create_turn_actions(self, turn: TurnRecord) -> list[Action]:
+        index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
+        items = (self._turn_item(turn), {**index, "turnId": s(turn.turn_id)})
+        return [self.table.put_action(item, ABSENT) for item in items]
+
+    def _turn_item(self, turn: TurnRecord) -> Item:
+        attributes = {"version": n(turn.version)}
+        if turn.due_at is not None:  # a put replaces the whole item: otherwise unlisted
+            listed = f"{sortable(turn.due_at)}#{turn.turn_id}"
+            attributes |= {"gsi1pk": s("DUE"), "gsi1sk": s(listed)}
+        return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
+
+    def _event_item(self, turn_id: str, event: JsonDict) -> Item:
+        at = event.get("at")
+        stamp = float(at) if isinstance(at, int | float) else self.clock.now()
+        sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
+        return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
+
+    def _outbox_item(self, record: OutboxRecord) -> Item:
+        listed: Item = {}
+        if record.due_at is not None:
+            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.event_id}")}
+        ttl = self._ttl() if record.due_at is None else {}
+        sk = f"OUTBOX#{record.event_id}"
+        return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
+
+    def _call_item(self, call: CallRecord) -> Item:
+        return self._item(f"TURN#{call.turn_id}", f"CALL#{call.tool_use_id}", call.to_dict(), self._ttl())
+
+
+def append_conflict(lost: TransactionCancelled, head: int, session_id: str, expected_len: int) -> Exception:
+    """What a cancelled append means: the head's ALL_OLD gives the current length."""
+    if not lost.failed(head):
+        return StoreError(f"session {session_id}: messages exist past the head")
+    old = lost.old(head)
+    current = int(old["length"]["N"]) if old else 0
+    return VersionConflict(
+        f"session {session_id} has {current} messages, not {expected_len}", current=current
+    )

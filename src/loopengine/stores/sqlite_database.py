@@ -1,0 +1,212 @@
+"""The SQLite database behind the stores (standard library ``sqlite3`` only): file, schema, connections.
+
+One database file in WAL mode, one connection per thread. Every write runs inside
+``BEGIN IMMEDIATE``, which takes the database's write lock before the first read, so a
+read-modify-write (the compare-and-set behind ``replace``, the length check behind ``append``) is
+atomic across threads *and* processes on one machine; a writer that finds the lock taken waits up to
+the busy timeout, then fails with :class:`~loopengine.domain.errors.StoreError`.
+
+Records are stored as their JSON ``to_dict`` form in ``body``; the columns beside it (see
+``SCHEMA``) exist only to filter, order or compare. The stores themselves live in
+:mod:`loopengine.stores.sqlite`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from loopengine.app.ports import JsonDict
+from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
+    tenant TEXT NOT NULL, closed INTEGER NOT NULL, created_at REAL NOT NULL,
+    version INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS checkpoints_open ON checkpoints (created_at) WHERE closed = 0;
+CREATE TABLE IF NOT EXISTS pending_pointers (pending_id TEXT PRIMARY KEY,
+    checkpoint_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (session_id, seq));
+CREATE TABLE IF NOT EXISTS turns (turn_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
+    created_at REAL NOT NULL, version INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session_id, created_at);
+CREATE TABLE IF NOT EXISTS due_turns (turn_id TEXT PRIMARY KEY, due_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS due_turns_by_time ON due_turns (due_at, turn_id);
+CREATE TABLE IF NOT EXISTS outbox (event_id TEXT PRIMARY KEY, turn_id TEXT NOT NULL,
+    due_at REAL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (due_at, event_id) WHERE due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS turn_events_by_turn ON turn_events (turn_id, seq);
+CREATE TABLE IF NOT EXISTS tool_calls (turn_id TEXT NOT NULL, tool_use_id TEXT NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (turn_id, tool_use_id));
+CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT NULL)
+"""
+
+
+def dumps(data: JsonDict) -> str:
+    """A record's ``body`` column: compact JSON."""
+    # ensure_ascii keeps any str (even a lone surrogate) encodable as UTF-8 for SQLite.
+    return json.dumps(data, separators=(",", ":"))
+
+
+def loads(body: str) -> JsonDict:
+    """Parse a ``body`` column back into the record's dict."""
+    data = json.loads(body)
+    assert isinstance(data, dict)
+    return data
+
+
+def insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], tail: str = "") -> int:
+    """INSERT one row given as column -> value (names are internal constants); return rowcount."""
+    sql = f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) {tail}"
+    return conn.execute(sql, tuple(row.values())).rowcount
+
+
+def compare_and_set(
+    conn: sqlite3.Connection,
+    table: str,
+    key: str,
+    row: dict[str, Any],
+    expected: int,
+    parse: Callable[[JsonDict], object],
+) -> None:
+    """Write ``row`` iff the stored version is ``expected``, else VersionConflict(current)."""
+    sets = ", ".join(f"{column} = ?" for column in row)
+    sql = f"UPDATE {table} SET {sets} WHERE {key} = ? AND version = ?"
+    if conn.execute(sql, (*row.values(), row[key], expected)).rowcount == 1:
+        return
+    found = conn.execute(f"SELECT body FROM {table} WHERE {key} = ?", (row[key],)).fetchone()
+    current = parse(loads(found[0])) if found else None
+    raise VersionConflict(f"{table} {row[key]} is not at version {expected}", current=current)
+
+
+def _close_all(connections: set[sqlite3.Connection]) -> None:
+    for conn in list(connections):
+        _release(conn, connections)
+
+
+def _release(conn: sqlite3.Connection, connections: set[sqlite3.Connection]) -> None:
+    connections.discard(conn)
+    with suppress(sqlite3.Error):
+        conn.close()
+
+
+class _ThreadConnection:
+    """Held in one thread's local storage: when the thread ends it is dropped, closing ``conn``."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+
+class SqliteDatabase:
+    """One SQLite file shared by the stores: a connection per thread, writes under a lock.
+
+    The parent directory is created if missing. ``":memory:"`` and ``""`` are refused: every
+    connection (so every thread) would get its own private database. Call :meth:`close` (or use
+    ``with``) to close every connection opened through this object; anything left open is closed
+    when the object is garbage-collected.
+    """
+
+    def __init__(self, path: str, busy_timeout: float = 10.0) -> None:
+        if path in ("", ":memory:"):
+            raise ConfigError("the SQLite store needs a file path, not a private temporary database")
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: set[sqlite3.Connection] = set()
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _close_all, self._connections)
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the directory for {path}") from exc
+        with self.write() as conn:
+            for statement in SCHEMA.split(";"):
+                conn.execute(statement)
+
+    def connection(self) -> sqlite3.Connection:
+        """Return this thread's connection, opened on first use and closed when the thread ends."""
+        held: _ThreadConnection | None = getattr(self._local, "held", None)
+        if self._closed:
+            raise StoreError(f"the SQLite database {self.path} is closed")
+        if held is None:
+            held = _ThreadConnection(self._connect())
+            weakref.finalize(held, _release, held.conn, self._connections)
+            self._local.held = held
+        return held.conn
+
+    def _connect(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the SQLite database {self.path} is closed")
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self._busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,  # only so close() may run on another thread
+                )
+                self._connections.add(conn)
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the SQLite database {self.path}") from exc
+            return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): committed on success, else rolled back.
+
+        Domain errors raised inside pass through unchanged; sqlite errors become ``StoreError``.
+        """
+        conn = self.connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError("could not start a write transaction") from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"SQLite write failed: {exc}") from exc
+            raise
+
+    def bodies(self, sql: str, params: Sequence[Any] = ()) -> list[JsonDict]:
+        """Run one read (a consistent snapshot on its own) selecting ``body``; parse each row."""
+        try:
+            rows = self.connection().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite read failed: {exc}") from exc
+        return [loads(body) for (body,) in rows]
+
+    def body(self, sql: str, params: Sequence[Any] = ()) -> JsonDict | None:
+        """Like :meth:`bodies` for at most one row."""
+        rows = self.bodies(sql, params)
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        """Close every connection this object opened; later use raises ``StoreError``."""
+        with self._lock:
+            self._closed = True
+            self._finalizer()
+
+    def __enter__(self) -> SqliteDatabase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
