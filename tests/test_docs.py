@@ -220,20 +220,18 @@ def test_deploy_parameter_table_is_the_templates() -> None:
 
 
 def test_figures_in_the_docs_are_the_codes() -> None:
-    from loopengine.app import api_models, turn_events
     from loopengine.channels import signing
     from loopengine.channels.slack import interact
-    from loopengine.domain import jsonsafe
-    from loopengine.http import secrets, web
+    from loopengine.domain import limits
+    from loopengine.http import secrets
     from loopengine.local import dev_guard, dev_http
 
     security, http_api = text(DOCS / "security.md"), text(DOCS / "http-api.md")
     figures = [
-        (http_api, "413 body over 256 KiB", web.MAX_BODY_BYTES, 256 * 1024),
-        (security, "over 256 KiB is 413", dev_http.MAX_BODY_BYTES, 256 * 1024),
-        (http_api, "nested deeper than 64", jsonsafe.MAX_DEPTH, 64),
-        (http_api, "wait at most 25 seconds", api_models.MAX_WAIT_SECONDS, 25),
-        (http_api, "wait at most 25 seconds", turn_events.MAX_WAIT_SECONDS, 25),
+        (http_api, "413 body over 256 KiB", limits.MAX_BODY_BYTES, 256 * 1024),
+        (security, "over 256 KiB is 413", limits.MAX_BODY_BYTES, 256 * 1024),
+        (http_api, "nested deeper than 64", limits.MAX_JSON_DEPTH, 64),
+        (http_api, "wait at most 25 seconds", limits.MAX_WAIT_SECONDS, 25),
         (security, "rejects more than 300 s of skew", signing.DEFAULT_TOLERANCE, 300),
         (security, "more than 300 s of\nskew is refused", interact.DEFAULT_TOLERANCE, 300),
         (security, "cached\n5 minutes", secrets.MAX_AGE, 300),
@@ -243,6 +241,14 @@ def test_figures_in_the_docs_are_the_codes() -> None:
         assert " ".join(phrase.split()) in " ".join(page.split()), phrase
         assert value == expected, phrase
     assert {"127.0.0.1", "localhost", "::1"} == dev_guard.LOOPBACK_HOSTS
+
+
+def test_limits_table_is_limits_py() -> None:
+    from loopengine.domain import limits
+
+    rows = {ticked(r[0])[0]: float(r[1]) for r in table(section(text(DOCS / "http-api.md"), "## Limits"))}
+    code = {name: float(getattr(limits, name)) for name in dir(limits) if name.isupper()}
+    assert rows == code
 
 
 # -- the architecture map --------------------------------------------------------------------------
