@@ -1,10 +1,13 @@
 # Two commands do everything on a fresh machine (Python 3.11 with pip and venv):
 #   make run   - the offline end-to-end demo (embedded SQLite store, scripted model); installs only the
-#                runtime dependencies into .venv
+#                runtime lock (src/requirements.txt) into .venv
 #   make test  - lint (ruff), format check, type check (mypy strict), the whole pytest suite in parallel
-#                (pytest-xdist); adds the dev tools to .venv
+#                (pytest-xdist); installs the dev lock (requirements-dev.txt) into .venv
 # Daily loop: make dev [PORT=8787] serves the HTTP API on the same SQLite store the demo writes
 # ($LOOPENGINE_DB, default .loopengine/loopengine.db).
+# Versions come from the hashed locks only (scripts/gen_requirements.py writes them from pyproject.toml:
+# `make lock`, `make lock UPGRADE=1`), installed by uv (itself locked in requirements-uv.txt and
+# installed with the machine's pip); INSTALLER=pip installs the same locks with pip instead (slower).
 PYTHON  ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -14,6 +17,18 @@ PORT    ?= 8787
 # pytest-xdist workers, one per CPU: on 2 cores, 2 workers measured no slower than 3 or 4
 JOBS    ?= auto
 STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
+RUNTIME_LOCK := src/requirements.txt
+DEV_LOCK     := requirements-dev.txt
+UV_LOCK      := requirements-uv.txt
+INSTALLER    ?= uv
+# uv lives beside the environment, not in it: `uv pip sync` makes .venv exactly a lock
+UV_HOME := $(VENV)/.uv
+UV      := $(UV_HOME)/bin/uv
+# copies, not hard links into uv's cache (which may be on another file system)
+export UV_LINK_MODE ?= copy
+# `sam build` builds the functions with the interpreter of their Runtime (template.yaml) found on PATH
+LAMBDA_PYTHON ?= python3.12
+LAMBDA_VERSION := $(patsubst python%,%,$(LAMBDA_PYTHON))
 # The AWS SAM CLI in an environment of its own: it pins an exact boto3 (older than the project's),
 # which would hold the project's environment back. tests/test_sam_local.py asks its providers
 # what `sam local start-api` / `sam local invoke` do; `.venv-sam/bin/sam local ...` needs Docker.
@@ -21,28 +36,54 @@ SAM_VENV  ?= .venv-sam
 SAM_CLI   ?= aws-sam-cli>=1.120,<2
 SAM_STAMP := $(SAM_VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench dev clean requirements openapi
+.PHONY: run test lint typecheck pytest bench dev clean lock requirements openapi build check-build-python
 
-# stamp 1: the package and its runtime dependencies, all that `make run` and `make dev` need
-$(RUNTIME): pyproject.toml
-	@echo "== installing loopengine and its runtime dependencies into $(VENV)"
-	@echo "   (boto3, aws-lambda-powertools, pydantic, anthropic, httpx, jsonschema, pyyaml: about 35"
-	@echo "   packages, 130 MB; under a minute the first time, seconds after that)"
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --progress-bar off -e .
+# the installer: uv, from its hashed lock, with the machine's pip (`pip --target`: no pip in .venv needed)
+$(UV): $(UV_LOCK)
+	@echo "== installing the installer, uv (pinned in $(UV_LOCK)), into $(UV_HOME)"
+	rm -rf $(UV_HOME)
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --quiet --disable-pip-version-check \
+	  --no-warn-script-location --require-hashes --target $(UV_HOME) -r $(UV_LOCK)
 	touch $@
 
-# stamp 2: plus the dev tools, added on top of stamp 1 the first time `make test` runs
-$(STAMP): $(RUNTIME) pyproject.toml
-	@echo "== adding the dev tools to $(VENV)"
-	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium: about 80"
-	@echo "   more packages, 400 MB; a minute or two the first time)"
-	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+ifeq ($(INSTALLER),pip)
+# the same locks, by pip: a venv with pip in it, packages added (pip has no sync)
+define install_lock
+	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --progress-bar off --disable-pip-version-check --require-hashes -r $(1)
+	$(BIN)/python -m pip install --progress-bar off --disable-pip-version-check --no-deps -e .
+endef
+INSTALLER_DEP :=
+else
+# `uv pip sync`: the environment becomes exactly the lock (hash-checked), then loopengine itself, editable
+define install_lock
+	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
+	$(UV) pip sync --python $(BIN)/python --require-hashes $(1)
+	$(UV) pip install --python $(BIN)/python --no-deps -e .
+endef
+INSTALLER_DEP := $(UV)
+endif
+
+# stamp 1: the package and its runtime lock, all that `make run` and `make dev` need
+$(RUNTIME): pyproject.toml $(RUNTIME_LOCK) | $(INSTALLER_DEP)
+	@echo "== installing loopengine and its runtime dependencies into $(VENV) with $(INSTALLER), from the lock"
+	@echo "   $(RUNTIME_LOCK) (boto3, aws-lambda-powertools, pydantic, anthropic, httpx, jsonschema, pyyaml,"
+	@echo "   redis, jinja2, mcp, cryptography: $(shell grep -c '^[A-Za-z0-9].*==' $(RUNTIME_LOCK)) pinned packages,"
+	@echo "   every file hash-checked; seconds with uv)"
+	$(call install_lock,$(RUNTIME_LOCK))
+	touch $@
+
+# stamp 2: the dev lock (the runtime pins plus the dev tools), the first time `make test` runs
+$(STAMP): $(RUNTIME) $(DEV_LOCK)
+	@echo "== installing the dev tools into $(VENV) with $(INSTALLER), from the lock $(DEV_LOCK)"
+	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium:"
+	@echo "   $(shell grep -c '^[A-Za-z0-9].*==' $(DEV_LOCK)) pinned packages with the runtime ones, 400 MB)"
+	$(call install_lock,$(DEV_LOCK))
 	touch $@
 
 $(SAM_STAMP):
 	@echo "== installing the AWS SAM CLI into $(SAM_VENV) (its own environment: it pins boto3;"
-	@echo "   about a minute the first time; used by tests/test_sam_local.py)"
+	@echo "   about a minute the first time; used by tests/test_sam_local.py and make build)"
 	$(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/python -m pip install --progress-bar off '$(SAM_CLI)'
 	touch $@
@@ -75,8 +116,28 @@ openapi: $(RUNTIME)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
-requirements:
-	$(PYTHON) scripts/gen_requirements.py
+# re-lock from pyproject.toml (keeps every pin it still allows; UPGRADE=1: the newest it allows)
+lock: $(UV)
+	$(PYTHON) scripts/gen_requirements.py --uv $(UV) $(if $(UPGRADE),--upgrade)
+
+requirements: lock
+
+# `sam build` (CodeUri src/ installs the runtime lock src/requirements.txt) after checking what it needs:
+# python3.12 on PATH (with pip) and a current lock. SAM_BUILD_ARGS: e.g. --use-container (needs Docker).
+build: $(if $(findstring --use-container,$(SAM_BUILD_ARGS)),,check-build-python) $(STAMP) | $(SAM_STAMP)
+	$(BIN)/python scripts/gen_requirements.py --check
+	$(SAM_VENV)/bin/sam build $(SAM_BUILD_ARGS)
+
+check-build-python:
+	@$(LAMBDA_PYTHON) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(LAMBDA_VERSION)")' 2>/dev/null || { \
+	  echo "make build: sam build needs $(LAMBDA_PYTHON) on PATH (the functions' Runtime in template.yaml)," >&2; \
+	  echo "  and '$(LAMBDA_PYTHON)' here is: $$($(LAMBDA_PYTHON) --version 2>&1 | head -1)" >&2; \
+	  echo "  Install Python 3.12 (apt-get install python3.12, or pyenv install 3.12 and put it on PATH)," >&2; \
+	  echo "  or build in Lambda's image: make build SAM_BUILD_ARGS=--use-container (needs Docker)." >&2; \
+	  exit 1; }
+	@$(LAMBDA_PYTHON) -m pip --version >/dev/null 2>&1 || { \
+	  echo "make build: $(LAMBDA_PYTHON) has no pip, which sam build installs the functions' packages with:" >&2; \
+	  echo "  $(LAMBDA_PYTHON) -m ensurepip --upgrade" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .loopengine .mypy_cache .pytest_cache .ruff_cache

@@ -13,6 +13,13 @@ return annotation. Two things it does not do on its own, done here:
 - **Error shape.** :func:`invalid_request` answers DESIGN.md's 400 ``{"error": "invalid_input",
   "message"}`` naming the field, never Powertools' 422; an id in the path not in the product's
   format is 404 ``not_found`` (a typo is not a request).
+
+Powertools has no public way to run a middleware before its request validation, nor to parse the
+body, so the order rests on two private hooks: the resolver's ``_request_validation_middleware``
+slot (the middleware every validated route runs first) and the middleware's ``_get_body``.
+pyproject.toml therefore pins aws-lambda-powertools to the tested range, tests/test_powertools_pin.py
+fails on a release that drops or changes either hook, and :func:`resolver` refuses to build an app
+(rather than serve routes without their guards) when the slot is missing.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ PATTERN_RULES = {
 }
 """What a pattern means, said in words (pydantic would quote the regular expression)."""
 PATH_WHAT = {"pendingId": "pending item", "turnId": "turn", "sessionId": "session", "agent": "agent"}
+SLOT = "_request_validation_middleware"
+"""The resolver's private attribute holding the middleware Powertools runs first on a validated route."""
 
 
 class GuardedValidation(OpenAPIRequestValidationMiddleware):
@@ -97,7 +106,13 @@ def single_query_values(app: APIGatewayHttpResolver, next_middleware: NextMiddle
 def resolver(guards: Sequence[Guard]) -> APIGatewayHttpResolver:
     """An HTTP API resolver that validates every route, the ``guards`` in front of everything."""
     app = APIGatewayHttpResolver(enable_validation=True, response_validation_error_http_code=500)
-    app._request_validation_middleware = GuardedValidation(guards)  # the slot Powertools runs first
+    if not isinstance(getattr(app, SLOT, None), OpenAPIRequestValidationMiddleware):
+        # deny by default: without the slot the guards (auth first) would silently never run
+        raise RuntimeError(
+            f"this aws-lambda-powertools has no {SLOT}: loopengine cannot put its guards before "
+            "validation; install the version pyproject.toml pins"
+        )
+    setattr(app, SLOT, GuardedValidation(guards))  # the slot Powertools runs first
     app.exception_handler(RequestValidationError)(invalid_request)
     return app
 
