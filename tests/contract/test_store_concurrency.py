@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from loopengine.app.ports import CheckpointStore, SessionStore, Stores
+from loopengine.app.ports import Append, Change, CheckpointStore, SessionStore, Stores
 from loopengine.domain import checkpoint as transitions
+from loopengine.domain import outbox
 from loopengine.domain.clock import FakeClock
 from loopengine.domain.decisions import Abandoned, DecidedBy
 from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
@@ -142,6 +143,59 @@ def test_racing_turn_replacements_have_exactly_one_winner(stores: Stores) -> Non
     final = stores.turns.get_turn(record.turn_id)
     assert final is not None
     assert (final.version, final.lease_until) == (1, winners[0])
+
+
+def test_racing_commits_of_one_checkpoint_land_one_whole_change(stores: Stores) -> None:
+    """How deciders race in production: each commits its decision, audit event and notification."""
+    running = turn()
+    pending = item()
+    cp = checkpoint(pending, item(), turn_id=running.turn_id)
+    stores.turns.commit(Change(running.turn_id, new_turn=running, new_checkpoint=cp))
+
+    def click(worker: int) -> bool:
+        decided = transitions.approve(cp, pending, pending.args, DecidedBy(f"user{worker}"), T0, edited=False)
+        event = {"type": "decided", "at": T0, "worker": worker}
+        note = outbox.new_record(f"evt_{worker}", running.turn_id, "customer-service", "h1", "x", {}, T0)
+        try:
+            stores.turns.commit(Change(running.turn_id, checkpoint=decided, events=(event,), outbox=(note,)))
+        except VersionConflict as lost:
+            assert lost.current is not None and lost.current.version == 1
+            return False
+        return True
+
+    results = race(THREADS, click)
+
+    assert sorted(results) == [False] * (THREADS - 1) + [True]
+    winner = results.index(True)
+    final = stores.checkpoints.get(cp.id)
+    assert final is not None
+    assert (final.version, [d.decided_by for d in final.decisions]) == (1, [f"user{winner}"])
+    assert stores.turns.events(running.turn_id) == [{"type": "decided", "at": T0, "worker": winner}]
+    assert [r.event_id for r in stores.turns.due_outbox(T0 + 3600)] == [f"evt_{winner}"]
+
+
+def test_racing_first_messages_of_one_session_start_one_turn(stores: Stores) -> None:
+    """A new turn and its message commit together: of racing first messages exactly one lands."""
+    session = new_id("s_")
+    turns = [turn(session_id=session) for _ in range(THREADS)]
+
+    def send(worker: int) -> bool:
+        first = turns[worker]
+        message = Message.user_text(f"{worker}")
+        try:
+            stores.turns.commit(Change(first.turn_id, new_turn=first, append=Append(session, (message,), 0)))
+        except VersionConflict as lost:
+            assert lost.current == 1
+            return False
+        return True
+
+    results = race(THREADS, send)
+
+    assert sorted(results) == [False] * (THREADS - 1) + [True]
+    winner = results.index(True)
+    assert [m.text for m in stores.sessions.load(session)] == [f"{winner}"]
+    assert stores.turns.session_turns(session) == [turns[winner]]
+    assert [stores.turns.get_turn(t.turn_id) for t in turns].count(None) == THREADS - 1
 
 
 def test_concurrent_appends_keep_every_message_once_in_one_order(stores: Stores) -> None:
