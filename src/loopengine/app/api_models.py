@@ -17,10 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from loopengine.domain import ids
-
-MAX_WAIT_SECONDS = 25.0
-MAX_MESSAGE_CHARS = 100_000
-MAX_COMMENT_CHARS = 4_000
+from loopengine.domain.limits import (
+    MAX_ANSWER_CHARS,
+    MAX_COMMENT_CHARS,
+    MAX_MESSAGE_CHARS,
+)
 
 _CLIENT_ID = rf"[A-Za-z0-9][A-Za-z0-9_.:@-]{{0,{ids.MAX_CLIENT_ID_CHARS - 1}}}"
 CLIENT_ID_PATTERN = f"^{_CLIENT_ID}$"
@@ -104,7 +105,7 @@ class ResolveRequest(Request):
 class AnswerRequest(Request):
     """``POST /pending-questions/{pendingId}/answer``."""
 
-    answer: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, pattern=NOT_BLANK)
+    answer: str = Field(min_length=1, max_length=MAX_ANSWER_CHARS, pattern=NOT_BLANK)
 
 
 # -- responses --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
 from loopengine.domain.ids import new_id
+from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
@@ -28,7 +29,6 @@ from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
 
 JsonDict = dict[str, Any]
-MAX_MESSAGE_CHARS = 100_000
 ApprovalScope = Literal["turn"]
 Trigger = Literal["message", "schedule"]
 
@@ -297,7 +297,7 @@ class Engine:
         turn = self.turn(turn_id, who)  # read before the events: finished here means all are there
         read = functools.partial(self.rt.stores.turns.events, turn_id)
         finished = turn.status is TurnStatus.FINISHED
-        wait = 0.0 if finished else min(wait, turn_events.MAX_WAIT_SECONDS)  # nothing more to wait for
+        wait = 0.0 if finished else min(wait, MAX_WAIT_SECONDS)  # nothing more to wait for
         found, cursor = turn_events.poll(read, after, wait, self.sleep)
         return found, cursor, finished
 

@@ -22,7 +22,6 @@ from loopengine.domain.checkpoint import PendingItem
 
 JsonDict = dict[str, Any]
 
-MAX_WAIT_SECONDS = 25.0
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 0.5
 FINISHED = "finished"

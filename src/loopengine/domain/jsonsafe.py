@@ -22,8 +22,9 @@ import re
 from typing import Any
 
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.limits import MAX_JSON_DEPTH
 
-MAX_DEPTH = 64
+MAX_DEPTH = MAX_JSON_DEPTH
 """The deepest nesting of arrays and objects a request may carry."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

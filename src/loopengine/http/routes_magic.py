@@ -37,13 +37,11 @@ from loopengine.channels.magic.token import (
 )
 from loopengine.domain import errors
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
 
 router = Router()  # type: ignore[no-untyped-call]
-
-MAX_COMMENT_CHARS = 4000
-MAX_FORM_FIELDS = 200
 
 
 class _Stop(Exception):
@@ -252,8 +250,8 @@ def _decide_question(ctx: _Context, item: PendingItem, form: Mapping[str, str]) 
     answer = (form.get("choice") or form.get("answer") or "").replace("\r\n", "\n").strip()
     if not answer:
         return _question(ctx, item, 400, pages.NO_ANSWER)
-    if len(answer) > MAX_COMMENT_CHARS:
-        return _question(ctx, item, 400, pages.too_long("answer", MAX_COMMENT_CHARS), answer)
+    if len(answer) > MAX_ANSWER_CHARS:
+        return _question(ctx, item, 400, pages.too_long("answer", MAX_ANSWER_CHARS), answer)
     try:
         res = ctx.engine.answer(ctx.pending_id, answer, _recipient(ctx))
     except errors.InvalidInput as exc:

@@ -11,6 +11,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from loopengine.app import api_models as m
 from loopengine.app import views
 from loopengine.app.resolution import Resolution
+from loopengine.domain import limits
 from loopengine.http import auth, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
@@ -20,7 +21,7 @@ router = Router()  # type: ignore[no-untyped-call]
 PendingId = Annotated[str, Path(alias="pendingId", pattern=m.PENDING_ID_PATTERN, description="pnd_ + 32 hex")]
 Wait = Annotated[
     float | None,
-    Query(ge=0, le=m.MAX_WAIT_SECONDS, description="wait up to S seconds for the turn's outcome"),
+    Query(ge=0, le=limits.MAX_WAIT_SECONDS, description="wait up to S seconds for the turn's outcome"),
 ]
 RESOLVED = answers(
     {200: m.Resolution | m.Finished, 202: m.Resuming | m.Paused | m.Working}, 400, 403, 404, 409, 413, 415

@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from loopengine.app import api_models as m
 from loopengine.app import views
+from loopengine.domain import limits
 from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
@@ -62,7 +63,7 @@ def get_turn(turn_id: TurnId) -> Response[m.TurnView]:
 def turn_events(
     turn_id: TurnId,
     after: Annotated[int, Query(ge=0, le=10**9, description="the last seq seen (0: from the start)")] = 0,
-    wait: Annotated[float, Query(ge=0, le=m.MAX_WAIT_SECONDS, description="wait up to S seconds")] = 0.0,
+    wait: Annotated[float, Query(ge=0, le=limits.MAX_WAIT_SECONDS, description="wait up to S seconds")] = 0.0,
 ) -> Response[m.TurnEvents]:
     found = root.engine().events(turn_id, after, wait, auth.current(router))
     return web.reply(200, views.turn_events(*found))

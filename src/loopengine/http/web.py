@@ -19,8 +19,7 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from loopengine.domain import errors, jsonsafe
-
-MAX_BODY_BYTES = 256 * 1024
+from loopengine.domain.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 
 STATUS: list[tuple[type[errors.LoopengineError], int]] = [
     (errors.InvalidInput, 400),
