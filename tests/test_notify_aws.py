@@ -128,7 +128,8 @@ def approval() -> Notification:
         args_hash=args_hash("issue_refund", REFUND_ARGS),
     )
     rt = cast(Runtime, SimpleNamespace(public_url=PUBLIC_URL))
-    event, payload = pending_notification(rt, turn_record(), item)
+    note = pending_notification(rt, turn_record(), item)
+    event, payload = note.event, note.payload()
     assert event == "approval"
     return Notification(event, payload)
 
@@ -146,7 +147,8 @@ def question() -> Notification:
         args_hash=args_hash("system_ask_user", args),
     )
     rt = cast(Runtime, SimpleNamespace(public_url=PUBLIC_URL))
-    event, payload = pending_notification(rt, turn_record(), item)
+    note = pending_notification(rt, turn_record(), item)
+    event, payload = note.event, note.payload()
     assert event == "question"
     return Notification(event, payload)
 

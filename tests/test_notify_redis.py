@@ -109,7 +109,8 @@ def webhook_bytes(engine: Engine, out: TurnOutcome, event_id: str) -> bytes:
     turn = engine.rt.stores.turns.get_turn(out.turn_id)
     assert turn is not None
     [item] = out.pending
-    event, payload = pending_notification(engine.rt, turn, item)
+    note = pending_notification(engine.rt, turn, item)
+    event, payload = note.event, note.payload()
     return notification_body(Notification(event, {"eventId": event_id, **payload})).encode()
 
 

@@ -15,12 +15,13 @@ from loopengine.app import faults
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import ASK_USER, ASK_USER_SPEC, args_hash, result_text
-from loopengine.domain import outcomes
+from loopengine.domain import notifications, outcomes
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.errors import InvalidInput
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
+from loopengine.domain.notifications import ApprovalEvent, QuestionEvent
 from loopengine.domain.policy import Expiry
 from loopengine.domain.schema import validate_args
 from loopengine.domain.turns import CallRecord, TurnRecord
@@ -169,24 +170,6 @@ def _as_result(data: JsonDict) -> ToolResultBlock:
     return block
 
 
-def pending_notification(rt: Runtime, turn: TurnRecord, item: PendingItem) -> tuple[str, JsonDict]:
+def pending_notification(rt: Runtime, turn: TurnRecord, item: PendingItem) -> ApprovalEvent | QuestionEvent:
     """The ``approval`` or ``question`` notification for one pending item."""
-    base = rt.public_url.rstrip("/")
-    payload: JsonDict = {
-        "pendingId": item.pending_id,
-        "turnId": turn.turn_id,
-        "sessionId": turn.session_id,
-        "agent": turn.agent,
-        "tenant": turn.tenant,
-        "argsHash": item.args_hash,
-        "reason": item.reason,
-    }
-    if item.kind == "question":
-        payload["question"] = item.args.get("question")
-        payload["options"] = item.args.get("options")
-        payload["resolveUrl"] = f"{base}/pending-questions/{item.pending_id}/answer"
-        return "question", payload
-    payload["tool"] = item.tool
-    payload["args"] = item.args
-    payload["resolveUrl"] = f"{base}/pending-approvals/{item.pending_id}/resolve"
-    return "approval", payload
+    return notifications.for_item(turn, item, rt.public_url)

@@ -17,6 +17,7 @@ from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import outbox
 from loopengine.domain.ids import new_id
+from loopengine.domain.notifications import NotificationEvent
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import TurnRecord
 
@@ -24,9 +25,10 @@ JsonDict = dict[str, Any]
 
 
 def announce(
-    rt: Runtime, config: AgentConfig, turn: TurnRecord, event: str, payload: JsonDict
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, note: NotificationEvent
 ) -> tuple[OutboxRecord, ...]:
-    """The outbox record for ``event`` (none when the agent's notifier does not want it)."""
+    """The outbox record for ``note`` (none when the agent's notifier does not want it)."""
+    event = note.event
     wanted = (config.notifier or {}).get("events")
     if wanted is not None and event not in wanted:
         return ()
@@ -37,7 +39,7 @@ def announce(
         pass
     now = rt.stores.clock.now()
     record = outbox.new_record(
-        new_id("evt_"), turn.turn_id, turn.agent, turn.config_hash, event, payload, now
+        new_id("evt_"), turn.turn_id, turn.agent, turn.config_hash, event, note.payload(), now
     )
     return (record,)
 

@@ -18,6 +18,7 @@ from loopengine.app.ports import Append, Change
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
+from loopengine.domain import notifications
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
 from loopengine.domain.ids import new_id
@@ -173,10 +174,7 @@ class Engine:
         history = rt.stores.sessions.load(sid)
         runner = new_id("run_")
         turn = self._new_turn(config, sid, tenant, trigger, len(history), runner, live)
-        payload = {"turnId": turn.turn_id, "sessionId": sid, "agent": config.name}
-        notes = delivery.announce(
-            rt, config, turn, "run_start", {**payload, "tenant": tenant, "trigger": trigger}
-        )
+        notes = delivery.announce(rt, config, turn, notifications.run_start(turn, trigger))
         event = rt.stamp("started", trigger=trigger, configHash=turn.config_hash)
         add = Append(sid, (Message.user_text(message),), len(history))
         try:

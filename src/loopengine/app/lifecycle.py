@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import delivery, expiry, faults
-from loopengine.app.batch import pending_notification  # noqa: F401  (re-exported for callers)
 from loopengine.app.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
 from loopengine.app.ports import Append, Change
 from loopengine.app.runtime import Runtime
 from loopengine.domain import checkpoint as cps
+from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.decisions import DecidedBy
@@ -105,9 +105,7 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
 
 def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> tuple[OutboxRecord, ...]:
     """The ``run_start`` notification of a turn that starts or resumes (none if unwanted)."""
-    payload = {"turnId": turn.turn_id, "sessionId": turn.session_id, "agent": turn.agent}
-    payload |= {"tenant": turn.tenant, "trigger": trigger}
-    return delivery.announce(rt, rt.config_of(turn), turn, "run_start", payload)
+    return delivery.announce(rt, rt.config_of(turn), turn, notifications.run_start(turn, trigger))
 
 
 def session_free(rt: Runtime, turn: TurnRecord) -> bool:

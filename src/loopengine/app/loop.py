@@ -34,7 +34,7 @@ from loopengine.app.runtime import Runtime
 from loopengine.app.turn_events import pending_events
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
-from loopengine.domain import outcomes
+from loopengine.domain import notifications, outcomes
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.errors import AlreadyExists, ModelError, NotFound, VersionConflict
@@ -340,7 +340,7 @@ def _park(
     event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
     offered = tuple({**rt.stamp(name), **data} for name, data in pending_events(pending, live_until))
     notes = tuple(
-        r for p in pending for r in delivery.announce(rt, config, turn, *pending_notification(rt, turn, p))
+        r for p in pending for r in delivery.announce(rt, config, turn, pending_notification(rt, turn, p))
     )
     notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
 
@@ -401,16 +401,7 @@ def finish(
 ) -> TurnOutcome:
     """Finish the turn (appending the batch's ``answer`` if given), record it, send ``run_finish``."""
     rt = worker.rt
-    payload = {
-        "turnId": turn.turn_id,
-        "sessionId": turn.session_id,
-        "agent": turn.agent,
-        "tenant": turn.tenant,
-        "stopReason": stop.value,
-        "text": text,
-        "trigger": turn.trigger,
-    }
-    notes = delivery.announce(rt, config, turn, "run_finish", payload)
+    notes = delivery.announce(rt, config, turn, notifications.run_finish(turn, stop.value, text))
     event = rt.stamp("finished", stopReason=stop.value, text=text)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
