@@ -1,4 +1,4 @@
-r"""The ``lark`` channel: post each notification as an interactive card to a Lark/Feishu group bot.
+r"""The ``lark`` channel: post each notification as an interactive card (a custom bot, or the app's bot).
 
     notifier:
       channel: lark
@@ -7,6 +7,10 @@ r"""The ``lark`` channel: post each notification as an interactive card to a Lar
         secret_env: LARK_BOT_SECRET         # optional: the bot's "signature verification" secret
         magic_link_recipient: lark-ops      # optional: buttons open magic-link pages (see below)
         magic_link_ttl_seconds: 604800      # optional, default 7 days
+
+That is a group's custom bot (:class:`LarkNotifier`). With ``chat_id`` instead of
+``webhook_url_env`` the app's bot posts the cards (:mod:`loopengine.channels.lark.app`), whose
+buttons can decide in Lark (``callback: true``); :func:`from_config` picks by that key.
 
 **Lower confidence than the other channels.** This was written against Lark/Feishu's public
 documentation of custom bots and message cards ("card JSON 1.0": ``config`` / ``header`` /
@@ -34,8 +38,11 @@ least one third-party client (the ``openlark-webhook`` Rust crate) keys the HMAC
 over ``"<timestamp>\n<secret>"`` instead; Lark answers code 19021 to a wrong signature, so a 19021
 from this module means: check this first. Lark refuses timestamps more than an hour off its clock.
 
-**The buttons.** Lark's card buttons can call back into an app, but loopengine has no Lark callback
-route (Slack's is the one interactive channel), so the buttons here are plain links (``url``):
+**The buttons** are links (``url``): Lark sends card callbacks only to the app that sent the card,
+never for a custom bot's, so buttons that decide in Lark need the app's bot
+(:mod:`loopengine.channels.lark.app`, chosen by ``chat_id``; ``callback: true`` here is a
+:class:`~loopengine.domain.errors.ConfigError`). The cards are
+:mod:`loopengine.channels.lark.cards`'s:
 
 * with ``magic_link_recipient`` set, each card carries a signed, expiring magic link
   (:mod:`loopengine.channels.magic.token`, secret ``LOOPENGINE_MAGIC_LINK_SECRET``: the one ``/magic/{token}``
@@ -46,9 +53,6 @@ route (Slack's is the one interactive channel), so the buttons here are plain li
 * without it, the buttons link to the payload's ``resolveUrl``. That route only decides on a
   ``POST`` with the API's credentials (``{"decision": "approve"}``, ``{"answer": "..."}``), so the
   card says so; opening it in a browser decides nothing.
-
-Everything the model wrote (arguments, reason, question, final text) goes into ``plain_text``
-elements, never ``lark_md``, so it cannot mention people (``<at ...>``) or add links.
 
 The POST itself is :func:`loopengine.channels.http.post` (httpx imported on first send, a
 short-lived client per send).
