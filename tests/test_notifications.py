@@ -1,4 +1,4 @@
-"""Notification events: one model each, built in one place, every document valid under the published schema."""
+"""Notification events: one model each, built in one place, each sent document valid under its schema."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import notifications
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
-from tests.test_edit_and_questions import REFUND, REFUND_SCHEMA, RULES
 from tests.scenario import scenario
+from tests.test_edit_and_questions import REFUND, REFUND_SCHEMA, RULES
 
 SCHEMA_DOC = Path(__file__).resolve().parent.parent / "docs" / "notifications.schema.json"
 REVIEWER = Decider("reviewer@example.com", "api")
