@@ -108,7 +108,7 @@ def parse_lock(text: str) -> list[Pin]:
     logical = re.sub(r"\\\n", " ", text)
     for raw in logical.splitlines():
         line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith(("#", "-")):  # options: --check refuses them (_lock_problems)
             continue
         hashes = tuple(re.findall(r"--hash=(\S+)", line))
         requirement = re.sub(r"\s*--hash=\S+", "", line).strip()
@@ -157,8 +157,10 @@ def _lock_problems(rel: str, text: str, pins: list[Pin], spec: Inputs) -> list[s
     from packaging.requirements import Requirement  # a dev dependency: --check runs in the dev env
 
     found: list[str] = []
-    if "://" in text or re.search(r"^\s*(-i|-f|--index-url|--extra-index-url|--find-links)\b", text, re.M):
-        found.append(f"{rel} names an index or a URL: a lock records versions and hashes only")
+    options = re.findall(r"^\s*(-\S*)", re.sub(r"\\\n\s*--hash=\S+", "", text), re.M)
+    if "://" in text or options:
+        shown = ", ".join(sorted(set(options))) or "a URL"
+        found.append(f"{rel} names an index, a URL or an option ({shown}): a lock holds pins and hashes only")
     found += [f"{rel}: {pin.line} has no hash" for pin in pins if not pin.hashes]
     for text_requirement in spec.requirements:
         wanted = Requirement(text_requirement)
