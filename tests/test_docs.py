@@ -414,6 +414,13 @@ def test_readme_keeps_the_two_commands_and_they_are_make_targets() -> None:
     assert len(readme.splitlines()) <= 200, "README holds what a newcomer needs first; the rest is in docs/"
 
 
+def test_readme_counts_the_locks_pins() -> None:
+    readme = " ".join(text(README).split())
+    for lock in ("src/requirements.txt", "requirements-dev.txt"):
+        pins = len(re.findall(r"^[A-Za-z0-9].*==", text(ROOT / lock), re.MULTILINE))  # as the Makefile counts
+        assert re.search(rf"`{re.escape(lock)}`[^.]*?\b{pins} pinned packages", readme), lock
+
+
 def test_readme_commands_are_the_clis() -> None:
     import argparse
 
