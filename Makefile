@@ -68,8 +68,8 @@ endif
 $(RUNTIME): pyproject.toml $(RUNTIME_LOCK) | $(INSTALLER_DEP)
 	@echo "== installing loopengine and its runtime dependencies into $(VENV) with $(INSTALLER), from the lock"
 	@echo "   $(RUNTIME_LOCK) (boto3, aws-lambda-powertools, pydantic, anthropic, httpx, jsonschema, pyyaml,"
-	@echo "   redis, jinja2, mcp, cryptography: $(shell grep -c '^[A-Za-z0-9].*==' $(RUNTIME_LOCK)) pinned packages,"
-	@echo "   every file hash-checked; seconds with uv)"
+	@echo "   redis, jinja2, mcp, cryptography: $(shell grep -c '^[A-Za-z0-9].*==' $(RUNTIME_LOCK)) pins, every file hash-checked;"
+	@echo "   130 MB; under 10 s with uv on an idle 2-core machine, about a minute with INSTALLER=pip)"
 	$(call install_lock,$(RUNTIME_LOCK))
 	touch $@
 
@@ -77,7 +77,7 @@ $(RUNTIME): pyproject.toml $(RUNTIME_LOCK) | $(INSTALLER_DEP)
 $(STAMP): $(RUNTIME) $(DEV_LOCK)
 	@echo "== installing the dev tools into $(VENV) with $(INSTALLER), from the lock $(DEV_LOCK)"
 	@echo "   (pytest + xdist, hypothesis, schemathesis, moto, ruff, mypy, boto3-stubs, cfn-lint, selenium:"
-	@echo "   $(shell grep -c '^[A-Za-z0-9].*==' $(DEV_LOCK)) pinned packages with the runtime ones, 400 MB)"
+	@echo "   $(shell grep -c '^[A-Za-z0-9].*==' $(DEV_LOCK)) pins with the runtime ones, 400 MB; seconds with uv)"
 	$(call install_lock,$(DEV_LOCK))
 	touch $@
 
