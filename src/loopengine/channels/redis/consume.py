@@ -65,6 +65,7 @@ __all__ = ["ApiResolver", "Entry", "Handled", "RedisQueue", "ResolveError", "Ver
 
 def connect(url: str) -> Any:
     """A ``redis.Redis`` for a worker: 5 s to connect, reads long enough for a blocking pop."""
+    import redis
 
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=MAX_BLOCK_SECONDS + 5)
 
