@@ -24,8 +24,8 @@ import boto3
 from moto import mock_aws
 
 from loopengine.app.engine import Engine
-from loopengine.app.loop import TurnOutcome
 from loopengine.app.resolution import Decider, Resolution
+from loopengine.app.worker import TurnOutcome
 from loopengine.bootstrap import build_runtime
 from loopengine.domain.clock import SystemClock
 from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores

@@ -14,8 +14,8 @@ import sys
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
-from loopengine.app.loop import TurnOutcome
 from loopengine.app.resolution import Decider
+from loopengine.app.worker import TurnOutcome
 from loopengine.bootstrap import build_runtime
 
 

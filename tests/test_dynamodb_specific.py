@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from loopengine.app.ports import Stores
 from loopengine.domain import checkpoint as transitions
 from loopengine.domain.clock import FakeClock
+from loopengine.domain.decisions import DecidedBy
 from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
@@ -33,7 +34,7 @@ from tests.contract import T0, call, checkpoint, item, turn
 from tests.contract.conftest import FAKE_AWS, moto_dynamodb
 
 TABLE = "loopengine-test"
-WHO = {"decidedBy": "ops@example.com", "via": "http"}
+WHO = DecidedBy("ops@example.com", "http")
 MB = 1_000_000
 DAY = 86_400
 

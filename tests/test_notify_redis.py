@@ -26,9 +26,9 @@ import redis
 from loopengine.app.batch import pending_notification
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
-from loopengine.app.loop import TurnOutcome
 from loopengine.app.ports import Notification
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker import TurnOutcome
 from loopengine.authoring.tools import ASK_USER
 from loopengine.bootstrap import NotifierChooser
 from loopengine.channels import base as channels

@@ -13,10 +13,11 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from loopengine.app import delivery, expiry, items, lifecycle, resolution, turn_events, views
-from loopengine.app.loop import TurnOutcome, Worker, advance
+from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker import TurnOutcome, Worker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import notifications
 from loopengine.domain.decisions import HumanVerdict

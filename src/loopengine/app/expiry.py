@@ -14,9 +14,9 @@ A GET (a magic-link page, the inbox) never records anything: it shows the item a
 
 from __future__ import annotations
 
-from loopengine.app.loop import hand_on
 from loopengine.app.ports import Change
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker import hand_on
 from loopengine.domain import checkpoint as cps
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint

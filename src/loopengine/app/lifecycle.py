@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import delivery, expiry, faults
-from loopengine.app.loop import TurnOutcome, Worker, advance, hand_on, outcome_of
+from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker import TurnOutcome, Worker, hand_on, outcome_of
 from loopengine.domain import checkpoint as cps
 from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts

@@ -21,80 +21,24 @@ and a call found started with no outcome is reported ``unknown``, not rerun.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from loopengine.app import delivery, faults
-from loopengine.app.batch import pending_notification, plan_batch, run_call
+from loopengine.app import faults
+from loopengine.app.batch import plan_batch, run_call
+from loopengine.app.pause import answer, append_results, checkpoint_id, park
 from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
 from loopengine.app.runtime import Runtime
-from loopengine.app.turn_events import pending_events
+from loopengine.app.worker import TurnOutcome, Worker, finish, hand_on, load_turn, outcome_of
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
-from loopengine.domain import notifications, outcomes
+from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
-from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.errors import AlreadyExists, ModelError, NotFound, VersionConflict
+from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.errors import ModelError, NotFound, VersionConflict
 from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TurnOutcome:
-    """Where a turn stands after the loop stopped advancing it."""
-
-    turn_id: str
-    session_id: str
-    status: TurnStatus
-    stop_reason: StopReason | None
-    text: str | None = None
-    pending: list[PendingItem] = field(default_factory=list)
-
-
-def outcome_of(turn: TurnRecord, pending: list[PendingItem] | None = None) -> TurnOutcome:
-    """Describe a turn record."""
-    return TurnOutcome(turn.turn_id, turn.session_id, turn.status, turn.stop_reason, turn.text, pending or [])
-
-
-@dataclass
-class Worker:
-    """One claim on a turn: who holds it, its time budget and the invocation's hard end."""
-
-    rt: Runtime
-    turn_id: str
-    runner: str
-    deadline: float | None = None
-    hard_limit: float | None = None
-
-    def lease_until(self) -> float:
-        """A lease end from now, never past the invocation's end."""
-        until = self.rt.stores.clock.now() + self.rt.lease_seconds
-        return min(until, self.hard_limit) if self.hard_limit is not None else until
-
-    @contextmanager
-    def heartbeat(self) -> Iterator[None]:
-        """Renew the lease every third of it while the step inside runs (a background thread)."""
-        stop = threading.Event()
-        interval = self.rt.lease_seconds / 3
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                try:
-                    self.rt.update_turn(self.turn_id, lambda t: ts.renew(t, self.runner, self.lease_until()))
-                except Exception:  # a missed beat only shortens the lease; the step goes on
-                    continue
-
-        thread = threading.Thread(target=beat, name=f"heartbeat-{self.turn_id}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
 
 
 def advance(worker: Worker) -> TurnOutcome:
@@ -105,11 +49,11 @@ def advance(worker: Worker) -> TurnOutcome:
     ``running``.
     """
     rt = worker.rt
-    turn = _load(rt, worker.turn_id)
+    turn = load_turn(rt, worker.turn_id)
     config = rt.config_of(turn)
     history: list[Message] | None = None  # read once; our own appends extend it (CAS-guarded)
     while True:
-        turn = _load(rt, worker.turn_id)  # each pass: the stop flag and the claim are checked here
+        turn = load_turn(rt, worker.turn_id)  # each pass: the stop flag and the claim are checked here
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
@@ -195,7 +139,9 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
         return None if later is None else Change(t.turn_id, turn=later, events=(error, waiting))
 
     done = rt.transition(turn.turn_id, decide, turn=turn)
-    return outcome_of(done.turn if done is not None and done.turn is not None else _load(rt, turn.turn_id))
+    return outcome_of(
+        done.turn if done is not None and done.turn is not None else load_turn(rt, turn.turn_id)
+    )
 
 
 def _hand_off(worker: Worker, turn: TurnRecord) -> TurnOutcome:
@@ -210,21 +156,9 @@ def _hand_off(worker: Worker, turn: TurnRecord) -> TurnOutcome:
 
     done = rt.transition(turn.turn_id, decide, turn=turn)
     if done is None or done.turn is None:
-        return outcome_of(_load(rt, turn.turn_id))
+        return outcome_of(load_turn(rt, turn.turn_id))
     hand_on(rt, done.turn)
     return outcome_of(done.turn)
-
-
-def hand_on(rt: Runtime, turn: TurnRecord) -> None:
-    """Ask the resume worker to claim ``turn``; a failed invoke is recorded, the sweep retries it."""
-    try:
-        faults.point("invoke")
-        rt.invoker.invoke(turn.turn_id, turn.code_version)
-    except Exception as exc:  # the turn is durably ready: the sweep invokes it after the grace
-        try:
-            rt.event(turn.turn_id, "invoke_failed", error=f"{type(exc).__name__}: {exc}")
-        except Exception:
-            return
 
 
 def _batch(
@@ -243,7 +177,7 @@ def _batch(
     if turn.stop_requested is None and plan.denied:
         results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
         results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
-        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
+        return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
     results = list(plan.invalid.values())
     for use in plan.allowed:
         results.append(_run(worker, config, use))
@@ -251,11 +185,11 @@ def _batch(
     if stop is not None:  # nothing new starts; what already ran keeps its result
         results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
         results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
-        return finish(worker, config, turn, stop, None, _answer(turn, history, results))
+        return finish(worker, config, turn, stop, None, answer(turn, history, results))
     if not plan.pending:
-        _append_results(worker, turn, history, results)
+        append_results(worker, turn, history, results)
         return None
-    return _park(worker, config, turn, seq, results, plan.pending)
+    return park(worker, config, turn, seq, results, plan.pending)
 
 
 def _run(worker: Worker, config: AgentConfig, use: ToolUseBlock, edited: bool = False) -> ToolResultBlock:
@@ -288,14 +222,9 @@ def _close_batch(
         edited = args_hash(item.tool, item.args) != item.args_hash
         results.append(_run(worker, config, ToolUseBlock(item.tool_use_id, item.tool, item.args), edited))
     if cp.denied:
-        return finish(worker, config, turn, StopReason.DENIED, None, _answer(turn, history, results))
-    _append_results(worker, turn, history, results, clear_checkpoint=True)
+        return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
+    append_results(worker, turn, history, results, clear_checkpoint=True)
     return None
-
-
-def checkpoint_id(turn: TurnRecord, seq: int) -> str:
-    """The id of the checkpoint of the batch in history message ``seq`` (one per batch)."""
-    return f"cp_{turn.turn_id.removeprefix('trn_')}_{seq}"
 
 
 def _record_verdicts(
@@ -308,130 +237,7 @@ def _record_verdicts(
     recorded = worker.rt.update_turn(
         turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
     )
-    return recorded or _load(worker.rt, turn.turn_id)
-
-
-def _park(
-    worker: Worker,
-    config: AgentConfig,
-    turn: TurnRecord,
-    seq: int,
-    results: list[ToolResultBlock],
-    pending: list[PendingItem],
-) -> TurnOutcome | None:
-    """Write the checkpoint, its pointers, the pause, its audit event and notifications: one write."""
-    rt = worker.rt
-    cp = TurnCheckpoint(
-        id=checkpoint_id(turn, seq),
-        turn_id=turn.turn_id,
-        session_id=turn.session_id,
-        agent=turn.agent,
-        tenant=turn.tenant,
-        results_so_far=tuple(results),
-        outstanding={p.pending_id: p for p in pending},
-        created_at=rt.stores.clock.now(),
-    )
-    stop = (
-        StopReason.PENDING_QUESTION
-        if all(p.kind == "question" for p in pending)
-        else StopReason.PENDING_APPROVAL
-    )
-    live_until = cp.created_at + config.live_wait if turn.live and config.live_wait else None
-    event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
-    offered = tuple({**rt.stamp(name), **data} for name, data in pending_events(pending, live_until))
-    notes = tuple(
-        r for p in pending for r in delivery.announce(rt, config, turn, pending_notification(rt, turn, p))
-    )
-    notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
-
-    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        paused = ts.pause(t, worker.runner, cp.id, stop, cp.next_expiry)
-        if paused is None:
-            return None
-        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event, *offered), outbox=notes)
-
-    try:
-        done = rt.transition(turn.turn_id, decide, turn=turn)
-    except AlreadyExists:  # cannot happen with fresh pendingIds unless the batch was parked already
-        return outcome_of(_load(rt, turn.turn_id))
-    if done is None:  # a stop came first (nobody is asked), or the turn is no longer ours
-        return None
-    faults.point("paused")
-    if live_until is None:
-        delivery.deliver(rt, notes)
-    assert done.turn is not None
-    return outcome_of(done.turn, pending)
-
-
-def _answer(turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]) -> Append:
-    """The one user message answering every tool_use of the batch, in tool_use order."""
-    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
-    ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
-    return Append(turn.session_id, (Message("user", tuple(ordered)),), len(history))
-
-
-def _append_results(
-    worker: Worker,
-    turn: TurnRecord,
-    history: list[Message],
-    results: list[ToolResultBlock],
-    clear_checkpoint: bool = False,
-) -> None:
-    """Append the batch's answer (and, for a parked batch, drop the checkpoint pointer): one write."""
-    add = _answer(turn, history, results)
-
-    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        if t.status is not TurnStatus.RUNNING or t.runner != worker.runner:
-            return None
-        cleared = ts.clear_checkpoint(t, worker.runner) if clear_checkpoint else t
-        return Change(t.turn_id, turn=cleared or t, append=add)
-
-    if worker.rt.transition(turn.turn_id, decide, turn=turn) is not None:
-        history.extend(add.messages)
-        faults.point("results_appended")
-
-
-def finish(
-    worker: Worker,
-    config: AgentConfig,
-    turn: TurnRecord,
-    stop: StopReason,
-    text: str | None,
-    answer: Append | None = None,
-) -> TurnOutcome:
-    """Finish the turn (appending the batch's ``answer`` if given), record it, send ``run_finish``."""
-    rt = worker.rt
-    notes = delivery.announce(rt, config, turn, notifications.run_finish(turn, stop.value, text))
-    event = rt.stamp("finished", stopReason=stop.value, text=text)
-
-    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        done = ts.finish(t, worker.runner, stop, text)
-        return (
-            None
-            if done is None
-            else Change(t.turn_id, turn=done, append=answer, events=(event,), outbox=notes)
-        )
-
-    done = rt.transition(turn.turn_id, decide, turn=turn)
-    if done is None or done.turn is None:
-        return outcome_of(_load(rt, turn.turn_id))
-    delivery.deliver(rt, notes)
-    start_next_queued(rt, turn.session_id)
-    return outcome_of(done.turn)
-
-
-def start_next_queued(rt: Runtime, session_id: str) -> None:
-    """The session is free: the next queued message starts its turn (the sweep retries if lost)."""
-    waiting = [t for t in rt.stores.turns.session_turns(session_id) if t.status is TurnStatus.QUEUED]
-    if waiting:
-        hand_on(rt, waiting[0])
-
-
-def _load(rt: Runtime, turn_id: str) -> TurnRecord:
-    turn = rt.stores.turns.get_turn(turn_id)
-    if turn is None:
-        raise NotFound(f"no turn {turn_id!r}")
-    return turn
+    return recorded or load_turn(worker.rt, turn.turn_id)
 
 
 def merged(history: list[Message]) -> list[Message]:

@@ -16,9 +16,9 @@ from typing import Any
 from loopengine.app import faults
 from loopengine.app.expiry import expire_due
 from loopengine.app.lifecycle import resume_turn
-from loopengine.app.loop import hand_on
 from loopengine.app.ports import Change
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker import hand_on
 from loopengine.domain import checkpoint as cps
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint

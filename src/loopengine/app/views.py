@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopengine.app.loop import TurnOutcome
 from loopengine.app.resolution import Resolution
+from loopengine.app.worker import TurnOutcome
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
