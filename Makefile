@@ -42,7 +42,7 @@ SAM_STAMP := $(SAM_VENV)/.installed
 $(UV): $(UV_LOCK)
 	@echo "== installing the installer, uv (pinned in $(UV_LOCK)), into $(UV_HOME)"
 	rm -rf $(UV_HOME)
-	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --quiet --disable-pip-version-check \
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --progress-bar off --disable-pip-version-check \
 	  --no-warn-script-location --require-hashes --target $(UV_HOME) -r $(UV_LOCK)
 	touch $@
 

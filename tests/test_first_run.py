@@ -94,6 +94,6 @@ def test_make_run_and_make_dev_use_one_store(tmp_path: Path) -> None:
 def test_make_run_installs_only_the_runtime_dependencies(tmp_path: Path) -> None:
     plan = _make_n("run", f"VENV={tmp_path / 'venv'}")
 
-    assert "pip install --progress-bar off -e ." in plan
-    assert "[dev]" not in plan
+    assert re.search(r"pip sync --python \S+ --require-hashes src/requirements.txt$", plan, re.M), plan
+    assert "requirements-dev.txt" not in plan and "[dev]" not in plan
     assert "--quiet" not in plan

@@ -259,7 +259,8 @@ MAKE = shutil.which("make") or "make"
 
 
 def _make(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ) if path is None else {"PATH": path}
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # flags of a make that runs pytest are not for this one
+    env = {k: v for k, v in os.environ.items() if k not in outer} if path is None else {"PATH": path}
     return subprocess.run(
         [MAKE, "-C", str(ROOT), *args], capture_output=True, text=True, env=env, check=False
     )
