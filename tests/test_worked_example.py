@@ -209,22 +209,38 @@ def test_one_denied_skips_the_untouched_sibling(
     assert len(model.requests) == 1
 
 
-def test_approve_then_deny_cancels_the_whole_batch(h: Harness, calls: Calls, model: ScriptedModel) -> None:
-    """Approved calls run only once the whole batch is decided; a denial cancels the batch first."""
+def test_approve_then_deny_runs_the_approved_call_and_skips_only_what_was_still_open(
+    h: Harness, calls: Calls, model: ScriptedModel
+) -> None:
+    """Seed 000: a denial skips the items still outstanding; a call already approved runs (once).
+
+    The approver was told "approved", so the call runs before the turn stops ``denied``, and the one
+    tool_result message holds t1/t2's real results, t3's real result and t4's denial.
+    """
     turn_id, sid, pending = start(h)
 
     h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
-    assert calls.count("issue_refund") == 0
+    assert calls.count("issue_refund") == 0  # recorded; nothing runs before the batch closes
     res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
 
     assert res.denied
-    assert calls.count("issue_refund") == 0
+    assert calls.count("issue_refund") == 1
     assert calls.count("cancel_order") == 0
     answered = results(assert_protocol(h, sid)[2])
-    assert answered["t3"]["status"] == "skipped"
+    assert answered["t3"] == {"tool": "issue_refund", "args": {"x": 3}}
     assert answered["t4"]["status"] == "denied"
     assert turn(h, turn_id).stop_reason is StopReason.DENIED
     assert len(model.requests) == 1
+    # the approver's answer and the audit agree: approved, and it ran
+    cp = h.rt.stores.checkpoints.find_by_pending(pending["t3"].pending_id)
+    assert cp is not None and cp.closed and cp.denied
+    kinds = {d.pending_id: d.kind for d in cp.decisions}
+    assert kinds == {pending["t3"].pending_id: "approve", pending["t4"].pending_id: "deny"}
+    ran = [e for e in events(h, turn_id, "tool_outcome") if e["tool"] == "issue_refund"]
+    assert [e["outcome"] for e in ran] == ["ok"]
+    # a late click on the approved item changes nothing and runs nothing again
+    assert h.engine.resolve(pending["t3"].pending_id, "approve", ALICE).already_resolved
+    assert calls.count("issue_refund") == 1
 
 
 def test_late_click_after_both_approved(h: Harness, calls: Calls, model: ScriptedModel) -> None:

@@ -9,8 +9,8 @@ before it runs, so a crash reports ``unknown``, never a second run).
     outstanding --approve--> approved ........ (worker runs it after the batch closes)
     outstanding --answer---> resultsSoFar
     outstanding --expire---> resultsSoFar (unknown, or denied by policy)
-    outstanding --deny-----> resultsSoFar (denied); every other item, outstanding or approved,
-                             skipped: a denial cancels the whole batch, as a rule's denial does
+    outstanding --deny-----> resultsSoFar (denied); every other item still outstanding is
+                             skipped; items already approved stay approved and still run
     outstanding --abandon--> resultsSoFar (unknown: superseded, cancelled)
 
 ``closed`` means nothing is left to decide. Exactly one compare-and-set closes it, and the same
@@ -223,17 +223,21 @@ def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: DecidedBy, at: 
 def deny(
     cp: TurnCheckpoint, item: PendingItem, comment: str | None, by: DecidedBy, at: float
 ) -> TurnCheckpoint:
-    """Deny ``item``: close at once; every other item of the batch (open or approved) is skipped."""
+    """Deny ``item``: close at once; the items still outstanding are skipped (seed 000).
+
+    Items already approved stay approved: their approvers were told so, and the worker runs them
+    (once) before the turn stops ``denied``, so the batch's answer holds their real results.
+    """
     results = [outcomes.denied(item.tool_use_id, "a human reviewer denied this call", comment)]
     decisions: list[Decision] = [Deny(**_who(item, by, at), comment=comment)]
-    others = [o for o in (*cp.outstanding.values(), *cp.approved.values()) if o.pending_id != item.pending_id]
-    for other in others:
+    for other in cp.outstanding.values():
+        if other.pending_id == item.pending_id:
+            continue
         results.append(outcomes.skipped(other.tool_use_id))
         decisions.append(Skipped(pending_id=other.pending_id, tool=other.tool, at=at))
     return replace(
         cp,
         outstanding={},
-        approved={},
         results_so_far=(*cp.results_so_far, *results),
         closed=True,
         denied=True,
