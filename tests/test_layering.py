@@ -5,6 +5,7 @@
     bootstrap   the composition root: picks adapters from settings           not local/, http/
     channels/   one package per notification channel, both directions        app, authoring, domain
     stores/ models/ aws/   adapters of the application's ports               app, domain
+    mcp/        the MCP client adapter (agent.yaml's mcp_servers)             app, authoring, domain
     app/        the application: engine, loop, batch, resolution, ...        authoring, domain
     authoring/  agent definitions: schema, loader, registry, scaffold, Tool   domain
     domain/     pure: turn and checkpoint state, gate, policies, outcomes     nothing else of the project
@@ -34,9 +35,10 @@ ALLOWED: dict[str, set[str]] = {
     "stores": {"domain", "app", "stores"},
     "models": {"domain", "app", "models"},
     "aws": {"domain", "app", "aws"},
+    "mcp": {"domain", "authoring", "app", "mcp"},
     "channels": {"domain", "authoring", "app", "channels"},
-    "bootstrap": {"domain", "authoring", "app", "stores", "models", "aws", "channels", "bootstrap"},
-    "http": {"domain", "authoring", "app", "stores", "models", "aws", "channels", "bootstrap", "http"},
+    "bootstrap": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap"},
+    "http": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap", "http"},
 }
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
 # the package root and its deprecation shim may name any module (they only re-export, lazily)

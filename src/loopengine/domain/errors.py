@@ -13,6 +13,7 @@
     │   └── FatalModelError       bad request, auth: retrying will not help
     ├── StoreError            the storage backend failed (after its own bounded retries)
     ├── DeliveryError         a notification could not be delivered (recorded, never fatal)
+    ├── ToolOutcomeUnknown    a tool's request went out and no answer came: recorded ``unknown``
     └── ConfigError           an agent folder or rules file is malformed
         └── AgentUnavailable  one agent's folder is broken; requests to that agent answer 503
 
@@ -108,6 +109,16 @@ class DeliveryError(LoopengineError):
     """A notification could not be delivered; the caller records it and moves on."""
 
     code = "delivery_error"
+
+
+class ToolOutcomeUnknown(LoopengineError):
+    """A tool sent its request and no answer came back: it may have taken effect.
+
+    A tool raises it (the MCP client does, after a timeout or a dropped connection) so the call is
+    recorded as ``unknown``, not as a failure, and is never run again.
+    """
+
+    code = "tool_outcome_unknown"
 
 
 class ConfigError(LoopengineError):

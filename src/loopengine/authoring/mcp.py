@@ -1,0 +1,353 @@
+"""MCP servers under the same rules as tools.py: their config, their tools as :class:`Tool`, their pins.
+
+An agent.yaml may name MCP servers (``mcp_servers:``, see docs/agents.md). When a turn starts their
+tools are listed (through an :class:`McpConnector`, the port an adapter in ``loopengine.mcp`` fills
+with the ``mcp`` SDK) and become ordinary tools named ``<prefix>_<tool>`` (the prefix defaults to
+the server's name), so rules, approvers, edits, ``argsHash`` and policies apply to them unchanged.
+
+Each listed tool is pinned with the turn's config: its name, description, input schema and an
+:class:`McpPin` (server, the server's own tool name, and :func:`schema_hash` of what the model was
+shown). A resume on another machine rebuilds the tools from the snapshot without listing them. At
+call time the adapter lists the server again in the same session and runs the call only when the
+tool's hash is still the pinned one; otherwise the call is answered, not run:
+
+    McpNotRun        the call never reached the tool (server unreachable, a header's variable unset,
+                     the tool changed or vanished since the turn started): an ``error`` outcome
+    McpToolFailed    the server ran the tool and it reported an error: an ``error`` outcome
+    ToolOutcomeUnknown (domain)  the request was sent and no answer came: ``unknown``, never re-run
+
+Header values come from environment variables named in ``headers_env`` and are read at call time;
+they are never part of a snapshot, a message, a log line or an audit event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from loopengine.authoring.tools import ASK_USER, JsonDict, Tool, ToolFn
+from loopengine.domain.errors import LoopengineError
+from loopengine.domain.rules import Duration, NonEmpty, Strict
+
+SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
+"""A server's ``name`` (and ``prefix``): letters, digits, ``-`` and ``_``, up to 32 characters."""
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What the Messages API accepts as a tool name (so ``billing.charge`` is spelled ``billing_charge``)."""
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a call (or a listing) may wait for the server's answer, unless ``timeout`` says otherwise."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open a connection to the server, unless ``connect_timeout`` says otherwise."""
+MAX_TIMEOUT = 900.0
+RESERVED_HEADERS = ("host", "content-length", "content-type", "accept", "connection", "transfer-encoding")
+"""Headers the transport sets itself (and every ``mcp-*`` header): not settable through ``headers_env``."""
+
+HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+Seconds = Annotated[Duration, Field(le=MAX_TIMEOUT)]
+
+
+class McpNotRun(LoopengineError):
+    """The call did not reach the tool; the message says why and that it was not run."""
+
+    code = "mcp_not_run"
+
+
+class McpToolFailed(LoopengineError):
+    """The server ran the tool and answered with an error result."""
+
+    code = "mcp_tool_failed"
+
+
+class McpServerModel(Strict):
+    """One entry of ``mcp_servers:`` in agent.yaml."""
+
+    name: Annotated[str, Field(pattern=SERVER_NAME)]
+    url: NonEmpty
+    headers_env: dict[HeaderName, EnvName] | None = None
+    tools: list[NonEmpty] | None = None
+    prefix: Annotated[str, Field(pattern=SERVER_NAME)] | None = None
+    timeout: Seconds | None = None
+    connect_timeout: Seconds | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{url!r} is not an http(s) URL of a streamable HTTP MCP endpoint")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not carry credentials; put them in headers_env")
+        if parts.fragment:
+            raise ValueError("must not have a #fragment")
+        return url
+
+    @field_validator("headers_env")
+    @classmethod
+    def _headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        for name in headers or {}:
+            low = name.lower()
+            if low in RESERVED_HEADERS or low.startswith("mcp-"):
+                raise ValueError(f"header {name!r} is set by the MCP transport itself")
+        return headers
+
+    @model_validator(mode="after")
+    def _secrets_need_tls(self) -> McpServerModel:
+        if self.headers_env and urlsplit(self.url).scheme == "http" and not _loopback(self.url):
+            raise ValueError(
+                "headers_env over plain http would send the secrets in clear text; use https "
+                "(plain http is allowed only to this machine: localhost, 127.0.0.1, ::1)"
+            )
+        return self
+
+
+def _loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """An MCP server as a turn pins it (header *names* and variable names only, never values)."""
+
+    name: str
+    url: str
+    headers_env: tuple[tuple[str, str], ...] = ()
+    tools: tuple[str, ...] | None = None
+    prefix: str = ""
+    timeout: float = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+
+    @staticmethod
+    def from_model(model: McpServerModel) -> McpServer:
+        """The server of a validated agent.yaml entry, defaults filled in."""
+        return McpServer(
+            name=model.name,
+            url=model.url,
+            headers_env=tuple(sorted((model.headers_env or {}).items())),
+            tools=tuple(model.tools) if model.tools is not None else None,
+            prefix=model.prefix or model.name,
+            timeout=model.timeout or DEFAULT_TIMEOUT,
+            connect_timeout=model.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+        )
+
+    def exposed(self, tool: str) -> str:
+        """The name the model and the rules use for the server's ``tool``."""
+        return f"{self.prefix}_{tool}"
+
+    def covers(self, name: str) -> bool:
+        """Whether ``name`` may be one of this server's tools (rules are checked against this)."""
+        head = f"{self.prefix}_"
+        return name.startswith(head) and (self.tools is None or name[len(head) :] in self.tools)
+
+    def headers(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The request headers, read from ``env`` now; ``McpNotRun`` names a variable that is unset."""
+        out = {}
+        for header, var in self.headers_env:
+            value = env.get(var)
+            if not value:
+                raise McpNotRun(f"{self.name} server: header {header} needs {var}, which is not set")
+            out[header] = value
+        return out
+
+    def to_dict(self) -> JsonDict:
+        """The snapshot form."""
+        return {
+            "name": self.name,
+            "url": self.url,
+            "headers_env": dict(self.headers_env),
+            "tools": list(self.tools) if self.tools is not None else None,
+            "prefix": self.prefix,
+            "timeout": self.timeout,
+            "connect_timeout": self.connect_timeout,
+        }
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> McpServer:
+        """Read :meth:`to_dict` back."""
+        return McpServer(
+            name=str(d["name"]),
+            url=str(d["url"]),
+            headers_env=tuple(sorted((str(k), str(v)) for k, v in dict(d.get("headers_env") or {}).items())),
+            tools=tuple(str(t) for t in d["tools"]) if d.get("tools") is not None else None,
+            prefix=str(d.get("prefix") or d["name"]),
+            timeout=float(d.get("timeout") or DEFAULT_TIMEOUT),
+            connect_timeout=float(d.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+        )
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """A tool as the server lists it (its own name)."""
+
+    name: str
+    description: str
+    input_schema: JsonDict
+
+    def schema_hash(self) -> str:
+        """:func:`schema_hash` of this listing."""
+        return schema_hash(self.name, self.description, self.input_schema)
+
+
+def schema_hash(name: str, description: str, input_schema: JsonDict) -> str:
+    """``sha256:`` of the canonical JSON of everything the model is shown about a tool.
+
+    The description counts: "amount in cents" becoming "amount in dollars" changes what an approved
+    call means as surely as a changed schema does.
+    """
+    body = {"name": name, "description": description, "inputSchema": input_schema}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class McpPin:
+    """What a turn pinned about one MCP tool: which server, the server's tool name, and its hash."""
+
+    server: str
+    tool: str
+    schema_hash: str
+
+    def to_dict(self) -> JsonDict:
+        """The snapshot form (the ``mcp`` key of the tool's entry)."""
+        return {"server": self.server, "tool": self.tool, "schemaHash": self.schema_hash}
+
+    @staticmethod
+    def from_dict(d: JsonDict) -> McpPin:
+        """Read :meth:`to_dict` back."""
+        return McpPin(str(d["server"]), str(d["tool"]), str(d["schemaHash"]))
+
+
+@dataclass(frozen=True)
+class McpAnswer:
+    """The server's answer to a call, rendered as tool_result text."""
+
+    text: str
+    is_error: bool = False
+
+
+class McpConnector(Protocol):
+    """The client side of MCP, as the core needs it (``loopengine.mcp.client`` is the real one)."""
+
+    def list_tools(self, server: McpServer) -> list[ListedTool]:
+        """Every tool the server lists now; ``McpNotRun`` when it cannot be reached."""
+        ...
+
+    def call_tool(self, server: McpServer, pin: McpPin, args: JsonDict) -> McpAnswer:
+        """Call the pinned tool in a session that first checks its hash.
+
+        ``McpNotRun`` when nothing was sent (unreachable, changed, vanished);
+        ``ToolOutcomeUnknown`` when the request went out and no answer came back.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class McpTools:
+    """One server's listing turned into tools (with their pins), and the tools it left out, and why."""
+
+    tools: tuple[Tool, ...]
+    pins: dict[str, McpPin]
+    skipped: tuple[str, ...] = ()
+
+
+def tools_of(server: McpServer, listed: Sequence[ListedTool], connector: McpConnector | None) -> McpTools:
+    """The tools the model may see of ``server``'s listing: allow-listed, well-named, object schemas."""
+    tools, pins, skipped = [], {}, []
+    seen = {t.name for t in listed}
+    for item in listed:
+        if server.tools is not None and item.name not in server.tools:
+            continue
+        name = server.exposed(item.name)
+        why = _unusable(name, item)
+        if why:
+            skipped.append(f"{server.name} server's tool {item.name!r} is left out: {why}")
+            continue
+        pin = McpPin(server.name, item.name, item.schema_hash())
+        tools.append(Tool(name, item.description, item.input_schema, executor(server, pin, connector)))
+        pins[name] = pin
+    for missing in [t for t in server.tools or () if t not in seen]:
+        skipped.append(f"{server.name} server lists no tool {missing!r} (named in its tools: allow-list)")
+    return McpTools(tuple(tools), pins, tuple(skipped))
+
+
+def _unusable(name: str, item: ListedTool) -> str | None:
+    if not TOOL_NAME.match(name) or name == ASK_USER:
+        return f"{name!r} is not a tool name the model accepts (^[a-zA-Z0-9_-]{{1,64}}$)"
+    if item.input_schema.get("type") != "object":
+        return "its input schema is not a JSON object schema"
+    return None
+
+
+def executor(server: McpServer | None, pin: McpPin, connector: McpConnector | None) -> ToolFn:
+    """The code of a pinned MCP tool: call it through ``connector`` under the pin's hash."""
+
+    def run(args: JsonDict) -> Any:
+        if server is None:
+            raise McpNotRun(f"this turn's config has no MCP server {pin.server!r}: not run")
+        if connector is None:
+            raise McpNotRun(f"this deployment has no MCP client for the {server.name} server: not run")
+        answer = connector.call_tool(server, pin, args)
+        if answer.is_error:
+            raise McpToolFailed(
+                f"the {server.name} server's {pin.tool} tool answered with an error: {answer.text}"
+            )
+        return answer.text
+
+    return run
+
+
+def servers_from_snapshot(snapshot: JsonDict) -> dict[str, McpServer]:
+    """The MCP servers a snapshot pinned, by name."""
+    return {s["name"]: McpServer.from_dict(s) for s in snapshot.get("mcp_servers") or ()}
+
+
+Located = tuple[tuple[str | int, ...], str]
+
+
+def mcp_problems(servers: Sequence[McpServerModel], local: Sequence[str]) -> list[Located]:
+    """What contradicts within ``mcp_servers`` and against tools.py's names, each at its agent.yaml path."""
+    found: list[Located] = []
+    names: dict[str, int] = {}
+    prefixes: dict[str, int] = {}
+    for index, model in enumerate(servers):
+        server = McpServer.from_model(model)
+        if server.name in names:
+            found.append(
+                (("mcp_servers", index, "name"), f"is also mcp_servers[{names[server.name]}]'s name")
+            )
+        names.setdefault(server.name, index)
+        clash = next((p for p in prefixes if _overlap(p, server.prefix)), None)
+        if clash is not None:
+            other = f"mcp_servers[{prefixes[clash]}]'s {clash!r}"
+            msg = f"prefix {server.prefix!r} overlaps {other}: their tool names could clash"
+            found.append((("mcp_servers", index), msg))
+        prefixes.setdefault(server.prefix, index)
+        for position, tool in enumerate(server.tools or ()):
+            name, at = server.exposed(tool), ("mcp_servers", index, "tools", position)
+            if not TOOL_NAME.match(name):
+                found.append((at, f"{name!r} is not a tool name the model accepts (^[a-zA-Z0-9_-]{{1,64}}$)"))
+            elif name in local:
+                found.append((at, f"{name!r} is also the name of a tool in tools.py"))
+    return found
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(f"{b}_") or b.startswith(f"{a}_")
+
+
+def covered(servers: Sequence[McpServerModel], name: str) -> bool:
+    """Whether a rule's ``tool`` may name one of these servers' tools."""
+    return any(McpServer.from_model(s).covers(name) for s in servers)
