@@ -312,9 +312,11 @@ def test_overload_past_the_sdk_retries_waits_and_the_sweep_retries(
     fake, env = anthropic_env(4)  # the SDK tries 3 times per call: the first call fails for good
     srv = _serve(servers, env, tmp_path / "dev.log", "--sweep-interval", "1")
     status, body = request(srv.port, "POST", "/agents/talker/messages", {"message": "hello"})
-    assert status == 202 and body["status"] == "running", body
+    assert status == 202 and body["status"] == "retrying", body  # honest: not "running"
     status, waiting = request(srv.port, "GET", f"/turns/{body['turnId']}")
-    assert waiting["status"] in ("running", "finished")  # the sweep may already have retried it
+    assert waiting["status"] in ("retrying", "running", "finished")  # the sweep may have retried it
+    if waiting["status"] == "retrying":
+        assert waiting["attempt"] == 1 and waiting["retryAt"] > 0
     turn = _until("the sweep to retry the model", _finished(srv.port, body["turnId"]))
     assert turn["stopReason"] == "end_turn" and turn["text"] == "back after the overload"
     kinds = [e["type"] for e in turn["audit"]]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.app import faults
+from loopengine.app import faults, views
 from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.app.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
@@ -410,7 +410,13 @@ def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_ret
 
         waiting = turn(h, out.turn_id)
         assert (waiting.status, waiting.model_failures) == (TurnStatus.RETRYING, 1)
-        assert h.engine.outcome(out.turn_id).status.public() == "running"
+        # honest status: retrying, which attempt, and when the next one is due
+        assert h.engine.outcome(out.turn_id).status.public() == "retrying"
+        view = views.turn_view(waiting, h.engine.outcome(out.turn_id), [])
+        assert (view["status"], view["attempt"], view["retryAt"]) == ("retrying", 1, waiting.due_at)
+        assert waiting.due_at == h.clock.now() + h.rt.model_retry_seconds
+        [scheduled] = events(h, out.turn_id, "retry_scheduled")
+        assert (scheduled["attempt"], scheduled["retryAt"]) == (1, waiting.due_at)
         assert calls.count("refund") == 1
         h.engine.sweep()  # not due yet
         assert turn(h, out.turn_id).status is TurnStatus.RETRYING
@@ -433,6 +439,22 @@ def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_ret
         assert done.model_failures == 0
         assert calls.count("refund") == 1  # the approved call ran once, before the model failed
         assert [e["failures"] for e in events(h, out.turn_id, "model_error")] == [1, 2]
+        assert_protocol(h, out.session_id)
+
+
+def test_a_new_message_supersedes_a_retrying_turn_instead_of_409() -> None:
+    calls = Calls()
+    with scenario(shop(calls), model=Flaky(failures=99)) as h:
+        out = h.engine.send_message("shop", "refund")
+        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        assert turn(h, out.turn_id).status is TurnStatus.RETRYING
+
+        again = h.engine.send_message("shop", "never mind", session_id=out.session_id)
+
+        old = turn(h, out.turn_id)
+        assert (old.status, old.stop_reason) == (TurnStatus.FINISHED, StopReason.SUPERSEDED)
+        assert again.turn_id != out.turn_id
+        assert calls.count("refund") == 1
         assert_protocol(h, out.session_id)
 
 

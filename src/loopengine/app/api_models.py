@@ -172,11 +172,16 @@ class Paused(Reply):
 
 
 class Working(Reply):
-    """Still working past the request's time budget (or queued behind a parked turn)."""
+    """Still working past the request's time budget.
 
-    status: Literal["running", "queued"]
+    Or queued behind a parked turn, or waiting to retry a model call that failed transiently.
+    """
+
+    status: Literal["running", "retrying", "queued"]
     turnId: str
     sessionId: str
+    attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")
+    retryAt: float | SkipJsonSchema[None] = omitted("retrying: when the next attempt is due (Unix seconds)")
 
 
 TurnOutcome = Finished | Paused | Working
@@ -228,9 +233,11 @@ class TurnView(Reply):
     sessionId: str
     agent: str
     tenant: str
-    status: Literal["running", "paused", "queued", "finished"]
+    status: Literal["running", "retrying", "paused", "queued", "finished"]
     stopReason: StopReasonName | None
     text: str | SkipJsonSchema[None] = omitted("the final text, once finished")
+    attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")
+    retryAt: float | SkipJsonSchema[None] = omitted("retrying: when the next attempt is due (Unix seconds)")
     pendingItems: list[PendingItem]
     codeVersion: str | None
     audit: list[dict[str, Any]] = Field(description="the turn's audit events, oldest first")

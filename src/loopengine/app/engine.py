@@ -93,7 +93,8 @@ class Engine:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
         items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
         stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
-        if (earlier.status is TurnStatus.PAUSED and config.on_new_message == "supersede") or stopping:
+        waiting = earlier.status in (TurnStatus.PAUSED, TurnStatus.RETRYING)
+        if (waiting and config.on_new_message == "supersede") or stopping:
             self._check_stop_authority(earlier, sender, "supersede")
             stopped = lifecycle.request_stop(
                 self.rt, earlier.turn_id, StopReason.SUPERSEDED, sender.decided_by()

@@ -33,7 +33,8 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
 from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
-from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
+from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
 from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
@@ -132,7 +133,7 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
         rt.event(turn.turn_id, "model_error", error=str(exc), retryable=exc.retryable, failures=failures)
         return finish(worker, config, turn, StopReason.ERROR, f"model call failed: {exc}")
     at = rt.stores.clock.now() + rt.model_retry_seconds * 2 ** (failures - 1)
-    waiting = rt.stamp("retry_scheduled", retryAt=at)
+    waiting = rt.stamp("retry_scheduled", retryAt=at, attempt=failures)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         later = ts.retry_later(t, worker.runner, at)
@@ -180,7 +181,9 @@ def _batch(
         return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
     results = list(plan.invalid.values())
     for use in plan.allowed:
-        results.append(_run(worker, config, use))
+        if _no_time_for(worker, config, use):
+            return _hand_off(worker, turn)
+        results.append(_run(worker, config, turn, use))
     stop = _stop_requested(rt, turn.turn_id)
     if stop is not None:  # nothing new starts; what already ran keeps its result
         results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
@@ -192,13 +195,34 @@ def _batch(
     return park(worker, config, turn, seq, results, plan.pending)
 
 
-def _run(worker: Worker, config: AgentConfig, use: ToolUseBlock, edited: bool = False) -> ToolResultBlock:
+def _run(
+    worker: Worker,
+    config: AgentConfig,
+    turn: TurnRecord,
+    use: ToolUseBlock,
+    edited: bool = False,
+    approval: Approve | None = None,
+    proposed: JsonDict | None = None,
+) -> ToolResultBlock:
     """Run one call unless a stop was requested first (checked before every tool call)."""
     stop = _stop_requested(worker.rt, worker.turn_id)
     if stop is not None and use.id not in worker.rt.stores.turns.calls(worker.turn_id):
         return outcomes.cancelled(use.id, stop)
     with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
-        return run_call(worker.rt, config, worker.turn_id, use, edited)
+        return run_call(worker.rt, config, turn, use, edited, approval, proposed)
+
+
+def _no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
+    """The call's timeout does not fit what is left of the time budget (and it has not run yet).
+
+    Then the turn is handed to the resume worker, whose budget fits any tool's timeout (<= 600 s),
+    rather than letting the invocation end mid-call (which would make the call ``unknown``).
+    """
+    if worker.deadline is None:
+        return False
+    if worker.rt.stores.clock.now() + config.timeout_of(use.name) <= worker.deadline:
+        return False
+    return use.id not in worker.rt.stores.turns.calls(worker.turn_id)
 
 
 def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
@@ -218,13 +242,23 @@ def _close_batch(
             f"turn {turn.turn_id} is running on checkpoint {turn.checkpoint_id}, which is not closed"
         )
     results = list(cp.results_so_far)
+    proposed = {u.id: u.input for u in history[-1].tool_uses}
     for item in cp.approved.values():
+        use = ToolUseBlock(item.tool_use_id, item.tool, item.args)
+        if _no_time_for(worker, config, use):
+            return _hand_off(worker, turn)
         edited = args_hash(item.tool, item.args) != item.args_hash
-        results.append(_run(worker, config, ToolUseBlock(item.tool_use_id, item.tool, item.args), edited))
+        approval = _approval(cp, item.pending_id)
+        results.append(_run(worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id)))
     if cp.denied:
         return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
     append_results(worker, turn, history, results, clear_checkpoint=True)
     return None
+
+
+def _approval(cp: TurnCheckpoint, pending_id: str) -> Approve | None:
+    """The person's approval of one item (who, when, through what, with what note or edit)."""
+    return next((d for d in reversed(decisions_for(cp, pending_id)) if isinstance(d, Approve)), None)
 
 
 def _record_verdicts(

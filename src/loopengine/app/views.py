@@ -79,6 +79,9 @@ def turn_view(turn: TurnRecord, out: TurnOutcome, audit: list[JsonDict]) -> Json
     }
     if turn.text is not None:
         body["text"] = turn.text
+    if turn.status is TurnStatus.RETRYING:
+        body["attempt"] = turn.model_failures
+        body["retryAt"] = turn.due_at
     return body
 
 

@@ -25,8 +25,8 @@ class TurnStatus(StrEnum):
     FINISHED = "finished"
 
     def public(self) -> str:
-        """The status DESIGN.md's API shows: running, paused, queued or finished."""
-        return "running" if self in (TurnStatus.READY, TurnStatus.RETRYING) else self.value
+        """The status DESIGN.md's API shows: running, retrying, paused, queued or finished."""
+        return "running" if self is TurnStatus.READY else self.value
 
 
 class StopReason(StrEnum):
