@@ -348,6 +348,16 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(f"{b}_") or b.startswith(f"{a}_")
 
 
+def mcp_names(servers: Sequence[McpServerModel]) -> list[str]:
+    """The tool names these servers may give, for messages (``billing_*`` where no allow-list says)."""
+    out: list[str] = []
+    for server in map(McpServer.from_model, servers):
+        out += (
+            [server.exposed(t) for t in server.tools] if server.tools is not None else [server.exposed("*")]
+        )
+    return out
+
+
 def covered(servers: Sequence[McpServerModel], name: str) -> bool:
     """Whether a rule's ``tool`` may name one of these servers' tools."""
     return any(McpServer.from_model(s).covers(name) for s in servers)

@@ -9,13 +9,15 @@ from pathlib import Path
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.scaffold import new_agent, next_steps
 from loopengine.domain.yaml_lines import display
+from loopengine.mcp.agents import probe_agents
 
 
 def list_agents(env: Mapping[str, str], check: bool = False) -> int:
     """List every agent (broken ones marked with their error); with ``check``, exit 1 on any error.
 
     ``--check`` prints one ``file:line: message`` per problem (on stdout, for editors and CI),
-    then a one-line summary.
+    warnings about MCP servers that do not answer (on stderr; they fail nothing), then a one-line
+    summary.
     """
     registry = AgentRegistry.from_env(env)
     statuses = registry.check()
@@ -27,6 +29,8 @@ def list_agents(env: Mapping[str, str], check: bool = False) -> int:
         for status in broken:
             for p in status.problems:
                 print(p)
+        for warning in probe_agents(registry, statuses, env):  # a server down: a warning, not a problem
+            print(warning, file=sys.stderr)
         count = sum(len(s.problems) for s in broken) + len(path_problems)
         if count:
             print(f"{count} problem(s) in {len(broken)} of {len(statuses)} agent(s)", file=sys.stderr)

@@ -10,15 +10,21 @@ servers (unreachable is a warning there, not an error: a server may be down whil
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from loopengine.app.runtime import AgentSource
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.mcp import McpConnector, McpNotRun, McpPin, tools_of
+from loopengine.authoring.registry import AgentRegistry, AgentStatus
 from loopengine.authoring.tools import Tool, ToolFn
 from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.yaml_lines import display
 
 log = logging.getLogger("loopengine.mcp")
+PROBE_CONNECT_SECONDS = 2.0
+PROBE_SECONDS = 5.0
+"""How long ``--check`` waits for a server (a warning, not an error, when it does not answer)."""
 
 
 class McpAgents:
@@ -79,4 +85,21 @@ def probe(config: AgentConfig, connector: McpConnector) -> list[str]:
             for t in found.tools
             if t.name in local
         ]
+    return out
+
+
+def probe_agents(
+    registry: AgentRegistry, statuses: Sequence[AgentStatus], env: Mapping[str, str]
+) -> list[str]:
+    """``agents --check``'s warnings: the MCP servers of each valid agent, listed with short timeouts."""
+    from loopengine.mcp.client import HttpMcpConnector
+
+    connector = HttpMcpConnector(env, connect_timeout=PROBE_CONNECT_SECONDS, timeout=PROBE_SECONDS)
+    out = []
+    for status in statuses:
+        if status.problems:
+            continue
+        config = registry.get(status.name)
+        where = display(status.folder / "agent.yaml")
+        out += [f"warning: {where}: {note}" for note in probe(config, connector)]
     return out
