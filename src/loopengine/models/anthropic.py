@@ -74,6 +74,16 @@ class AnthropicModel:
             self._client = anthropic.Anthropic(max_retries=self._max_retries)
         return self._client
 
+    def prepare(self) -> None:
+        """Import the SDK and build the client now (the caller's thread), not inside :meth:`create`.
+
+        Errors are left for :meth:`create` to report as ``ModelError``.
+        """
+        try:
+            _ = self.client
+        except Exception:
+            return
+
     def create(self, request: ModelRequest) -> ModelResponse:
         """Send ``request``; raise ``RetryableModelError`` or ``FatalModelError`` on failure."""
         import anthropic
