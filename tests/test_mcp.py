@@ -18,6 +18,7 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.resolution import Decider
+from loopengine.authoring.mcp import GRACE
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import args_hash
 from loopengine.bootstrap import build_engine
@@ -203,6 +204,7 @@ def test_a_call_sent_with_no_answer_is_unknown_and_never_sent_again(
         tmp_path / "agents", billing.url, extra="    tools: [charge, lookup]\n    timeout: 1\n"
     )
     engine = make(tmp_path / "agents")
+    assert engine.rt.agents.get("billing-desk").timeout_of("billing_charge") == 1 + GRACE
     billing.delay = 3.0
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
     engine.resolve(paused.pending[0].pending_id, "approve", ALICE)

@@ -34,7 +34,7 @@ def test_a_valid_server_entry_loads_with_its_defaults(tmp_path: Path) -> None:
     config = AgentRegistry(None, [tmp_path]).get("billing-desk")
     (server,) = config.mcp_servers
     assert server == McpServer(
-        "billing", URL, (("Authorization", "BILLING_TOKEN"),), ("charge", "lookup"), "billing", 30.0, 5.0
+        "billing", URL, (("Authorization", "BILLING_TOKEN"),), ("charge", "lookup"), "billing", 15.0, 5.0
     )
     assert config.tools == () and McpServer.from_dict(server.to_dict()) == server
 
@@ -66,9 +66,14 @@ def test_a_valid_server_entry_loads_with_its_defaults(tmp_path: Path) -> None:
         (
             "    timeout: 2h\n",
             URL,
-            "agent.yaml:8: mcp_servers[0].timeout: input should be less than or equal to 900",
+            "agent.yaml:8: mcp_servers[0].timeout: input should be less than or equal to 300",
         ),
         ("    prefix: bill.ing\n", URL, "agent.yaml:8: mcp_servers[0].prefix: string should match pattern"),
+        (
+            "    timeout: 3\n    connect_timeout: 4\n",
+            URL,
+            "agent.yaml:5: mcp_servers[0]: connect_timeout is part of",
+        ),
     ],
 )
 def test_a_malformed_server_entry_is_refused_at_its_line(
@@ -112,6 +117,17 @@ SECOND = """\
     url: https://o.example/mcp
     prefix: billing_eu
 """
+
+
+def test_an_mcp_tools_time_limit_is_its_servers_timeout(tmp_path: Path) -> None:
+    folder = write_billing_agent(tmp_path, URL)
+    agent = (folder / "agent.yaml").read_text()
+    (folder / "agent.yaml").write_text(agent + "tool_timeouts: {billing_charge: 5}\n")
+    (status,) = AgentRegistry(None, [tmp_path]).check()
+    assert [str(p).split("/")[-1] for p in status.problems] == [
+        "agent.yaml:9: tool_timeouts.billing_charge: "
+        "an MCP tool's time limit is its server's timeout (mcp_servers)"
+    ]
 
 
 def test_two_servers_may_not_share_a_name_or_an_overlapping_prefix(tmp_path: Path) -> None:

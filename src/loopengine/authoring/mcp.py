@@ -41,11 +41,14 @@ SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 """A server's ``name`` (and ``prefix``): letters, digits, ``-`` and ``_``, up to 32 characters."""
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What the Messages API accepts as a tool name (so ``billing.charge`` is spelled ``billing_charge``)."""
-DEFAULT_TIMEOUT = 30.0
-"""Seconds a call (or a listing) may wait for the server's answer, unless ``timeout`` says otherwise."""
+DEFAULT_TIMEOUT = 15.0
+"""Seconds a listing or a call may take in all (connect, list, call), unless ``timeout`` says otherwise."""
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to open a connection to the server, unless ``connect_timeout`` says otherwise."""
-MAX_TIMEOUT = 900.0
+MAX_TIMEOUT = 300.0
+GRACE = 2.0
+"""An MCP tool's own ``timeout`` is its server's plus this: the client's deadline comes first, so it
+can tell "never sent" (not run) from "sent, no answer" (unknown) before the runner gives up."""
 RESERVED_HEADERS = ("host", "content-length", "content-type", "accept", "connection", "transfer-encoding")
 """Headers the transport sets itself (and every ``mcp-*`` header): not settable through ``headers_env``."""
 
@@ -99,6 +102,12 @@ class McpServerModel(Strict):
         return headers
 
     @model_validator(mode="after")
+    def _connect_within_timeout(self) -> McpServerModel:
+        if self.connect_timeout is not None and self.connect_timeout > (self.timeout or DEFAULT_TIMEOUT):
+            raise ValueError("connect_timeout is part of timeout, so it cannot be longer")
+        return self
+
+    @model_validator(mode="after")
     def _secrets_need_tls(self) -> McpServerModel:
         if self.headers_env and urlsplit(self.url).scheme == "http" and not _loopback(self.url):
             raise ValueError(
@@ -140,7 +149,8 @@ class McpServer:
             tools=tuple(model.tools) if model.tools is not None else None,
             prefix=model.prefix or model.name,
             timeout=model.timeout or DEFAULT_TIMEOUT,
-            connect_timeout=model.connect_timeout or DEFAULT_CONNECT_TIMEOUT,
+            connect_timeout=model.connect_timeout
+            or min(DEFAULT_CONNECT_TIMEOUT, model.timeout or DEFAULT_TIMEOUT),
         )
 
     def exposed(self, tool: str) -> str:
@@ -276,7 +286,8 @@ def tools_of(server: McpServer, listed: Sequence[ListedTool], connector: McpConn
             skipped.append(f"{server.name} server's tool {item.name!r} is left out: {why}")
             continue
         pin = McpPin(server.name, item.name, item.schema_hash())
-        tools.append(Tool(name, item.description, item.input_schema, executor(server, pin, connector)))
+        run = executor(server, pin, connector)
+        tools.append(Tool(name, item.description, item.input_schema, run, server.timeout + GRACE))
         pins[name] = pin
     for missing in [t for t in server.tools or () if t not in seen]:
         skipped.append(f"{server.name} server lists no tool {missing!r} (named in its tools: allow-list)")

@@ -48,7 +48,8 @@ class HttpMcpConnector:
     """List and call MCP tools over streamable HTTP; ``env`` holds the header variables.
 
     ``connect_timeout`` / ``timeout`` override every server's own (``loopengine agents --check``
-    probes with short ones).
+    probes with short ones). A server's ``timeout`` bounds each operation as a whole, connecting
+    and listing included.
     """
 
     def __init__(
@@ -65,13 +66,19 @@ class HttpMcpConnector:
 
     def call_tool(self, server: McpServer, pin: McpPin, args: JsonDict) -> McpAnswer:
         """Call the pinned tool once, if the server still lists it with the pinned hash."""
-        headers = server.headers(self._env)
+        try:
+            headers = server.headers(self._env)
+        except McpNotRun as exc:
+            raise McpNotRun(f"{exc}: not run") from None
         return _run(lambda: self._call(server, pin, args, headers))
 
     async def _list(self, server: McpServer, headers: dict[str, str]) -> list[ListedTool]:
+        import anyio
+
         try:
-            async with self._client(server, headers) as client:
-                return await _listing(client)
+            with anyio.fail_after(self._total(server)):
+                async with self._client(server, headers) as client:
+                    return await _listing(client)
         except Exception as exc:
             why = _scrub(_why(exc), headers)
             raise McpNotRun(f"the {server.name} MCP server is unreachable ({why})") from None
@@ -81,21 +88,22 @@ class HttpMcpConnector:
     ) -> McpAnswer:
         answer: McpAnswer | None = None
         sent = False
+        import anyio
+
         try:
-            async with self._client(server, headers) as client:
-                _check_pin(server, pin, await _listing(client))
-                sent = True
-                result = await client.session.call_tool(
-                    pin.tool, args, read_timeout_seconds=self._read(server)
-                )
-                answer = _answer(result, headers)
+            with anyio.fail_after(self._total(server)):
+                async with self._client(server, headers) as client:
+                    _check_pin(server, pin, await _listing(client))
+                    sent = True
+                    answer = _answer(await client.session.call_tool(pin.tool, args), headers)
         except Exception as exc:
             if answer is not None:  # the answer came; closing the session failed after it
                 return answer
             raise _failure(exc, server, pin, sent, headers) from None
         return answer
 
-    def _read(self, server: McpServer) -> float:
+    def _total(self, server: McpServer) -> float:
+        """The whole operation's deadline (connect, list, call): the server's ``timeout``."""
         return self._timeout if self._timeout is not None else server.timeout
 
     @asynccontextmanager
@@ -105,11 +113,11 @@ class HttpMcpConnector:
         from mcp.client.streamable_http import streamable_http_client
 
         connect = self._connect_timeout if self._connect_timeout is not None else server.connect_timeout
-        read = self._read(server)
-        timeout = httpx2.Timeout(read + 1.0, connect=connect, pool=connect)
+        total = self._total(server)
+        timeout = httpx2.Timeout(total, connect=min(connect, total), pool=min(connect, total))
         async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
             transport = streamable_http_client(server.url, http_client=http)
-            async with Client(transport, read_timeout_seconds=read, cache=None) as client:
+            async with Client(transport, read_timeout_seconds=total, cache=None) as client:
                 yield client
 
 
@@ -203,7 +211,11 @@ def _scrub(text: str, headers: dict[str, str]) -> str:
 
 
 def _run(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from synchronous code (on a thread of its own inside a loop)."""
+    """Run a coroutine to completion from synchronous code (on a thread of its own inside a loop).
+
+    The SDK is imported first, so its import time (seconds on a cold start) counts against no deadline.
+    """
+    import mcp.client.streamable_http  # noqa: F401
 
     async def main() -> T:
         return await make()
