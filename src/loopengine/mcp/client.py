@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -58,6 +59,17 @@ class HttpMcpConnector:
         self._env = env
         self._connect_timeout = connect_timeout
         self._timeout = timeout
+        self._tls: Any = None
+        self._lock = threading.Lock()
+
+    def _tls_context(self) -> Any:
+        """One TLS context for every session (building one reads the CA bundle: ~0.2 s each time)."""
+        import httpx2
+
+        with self._lock:
+            if self._tls is None:
+                self._tls = httpx2.create_ssl_context()
+            return self._tls
 
     def list_tools(self, server: McpServer) -> list[ListedTool]:
         """Every tool ``server`` lists now; ``McpNotRun`` when it cannot be reached or listed."""
@@ -115,7 +127,7 @@ class HttpMcpConnector:
         connect = self._connect_timeout if self._connect_timeout is not None else server.connect_timeout
         total = self._total(server)
         timeout = httpx2.Timeout(total, connect=min(connect, total), pool=min(connect, total))
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, verify=self._tls_context()) as http:
             transport = streamable_http_client(server.url, http_client=http)
             async with Client(transport, read_timeout_seconds=total, cache=None) as client:
                 yield client
