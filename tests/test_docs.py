@@ -18,6 +18,7 @@ import loopengine
 from tests.design_routes import (
     DESIGN_MD,
     DESIGN_ROUTES,
+    INBOX_ROUTES,
     NO_DESIGN_MD,
     NOT_IN_TEMPLATE_YET,
     design_md_routes,
@@ -163,7 +164,7 @@ def test_design_routes_copy_is_design_mds_table() -> None:
     routes = design_md_routes()
     if routes is None:
         pytest.skip(NO_DESIGN_MD)
-    assert routes - NOT_IN_TEMPLATE_YET == DESIGN_ROUTES
+    assert routes - NOT_IN_TEMPLATE_YET == DESIGN_ROUTES - INBOX_ROUTES
     assert routes >= NOT_IN_TEMPLATE_YET, "a route listed as not in the template yet left DESIGN.md"
     assert not NOT_IN_TEMPLATE_YET & template_routes(), "it is in the template now: drop it from the list"
 
@@ -178,8 +179,10 @@ def test_routes_not_built_yet_are_not_served() -> None:
     page = section(text(DOCS / "http-api.md"), "## Not built yet")
     # an item that starts with a route is about that route
     named = {f"{m} {p}" for m, p in re.findall(r"^- `(GET|POST) (/\S*)`", page, re.MULTILINE)}
-    assert named, "the section names the routes it means"
     assert not named & served_routes(api.app), "served now: take it out of 'Not built yet'"
+    design = design_md_routes()
+    if design is not None:  # and a route DESIGN.md names that the app does not serve is listed there
+        assert design - served_routes(api.app) <= named, "not served: list it under 'Not built yet'"
 
 
 def test_features_not_built_yet_are_absent() -> None:

@@ -14,8 +14,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.app import api_models as m
 from loopengine.domain.errors import LoopengineError
-from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
-from loopengine.http.observability import flush, logger, tracer
+from loopengine.http import auth, openapi, routes_inbox, routes_pending, routes_turns, validation, web
+from loopengine.http.observability import flush, logger
 from loopengine.http.routes_lark import router as lark_router
 from loopengine.http.routes_magic import router as magic_router
 from loopengine.http.routes_slack import router as slack_router
@@ -29,6 +29,7 @@ for router in (
     magic_router,
     slack_router,
     lark_router,
+    routes_inbox.router,
 ):
     app.include_router(router)
 
@@ -55,11 +56,10 @@ def not_found(_exc: Exception) -> Response[Any]:
 def on_error(exc: Exception) -> Response[Any]:
     if not isinstance(exc, web.HttpError | LoopengineError):
         logger.exception("unhandled error")
-    return web.error_reply(exc)
+    return routes_inbox.challenge(app.current_event.path, web.error_reply(exc))
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point."""
     try:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import secrets
 import signal
 import sys
 import threading
 from typing import Any
 
+from loopengine.channels.inbox.csrf import SECRET_ENV as INBOX_SECRET_ENV
 from loopengine.local import dev_guard as guard
 from loopengine.local.dev_http import LISTEN_BACKLOG as LISTEN_BACKLOG
 from loopengine.local.dev_http import MAX_BODY_BYTES as MAX_BODY_BYTES
@@ -125,6 +127,8 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     if not env.get("LOOPENGINE_ADMIN_AUTH"):
         env.setdefault("LOOPENGINE_ALLOW_ANONYMOUS", "1")
         notes.append("no LOOPENGINE_ADMIN_AUTH: routes accept anonymous callers (local only)")
+    # the inbox signs its forms; one key for all environments of this run (a restart voids open pages)
+    env.setdefault(INBOX_SECRET_ENV, secrets.token_hex(32))
     return notes
 
 

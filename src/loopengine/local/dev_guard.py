@@ -7,7 +7,8 @@ A local server with anonymous access is reachable from every web page the develo
 - **Content type** (cross-site POST): a page can POST ``text/plain`` or a form anywhere without
   a preflight, but not ``application/json``; so every request that is not a GET/HEAD must say
   ``Content-Type: application/json``, except on the form routes (``/magic/*``,
-  ``/integrations/*``), which carry their own token or signature. Otherwise 415.
+  ``/integrations/*``, ``/inbox/items/*``), which carry their own token or signature (the
+  inbox: a per-principal, per-item form token and an origin check). Otherwise 415.
 - **Size and pace**: a Content-Length over the limit is 413 before a byte of the body is read;
   chunked uploads are 411; the whole request (request line, headers and body) must arrive
   within the read timeout (:class:`DeadlineReader`), so a client that trickles bytes cannot
@@ -30,7 +31,7 @@ from urllib.parse import unquote
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
-FORM_PREFIXES = ("/magic/", "/integrations/")
+FORM_PREFIXES = ("/magic/", "/integrations/", "/inbox/items/")
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 SECRET_PREFIXES = ("/magic/",)
 """Paths whose remainder is a bearer token: logged as ``<prefix><redacted>``."""
@@ -94,7 +95,7 @@ def check_host(header: str | None, allowed: frozenset[str]) -> Refusal | None:
 
 
 def is_form_route(path: str) -> bool:
-    """Whether ``path`` is a public form route (magic links, chat integrations)."""
+    """Whether ``path`` is a form route (magic links, chat integrations, the inbox's decisions)."""
     return any(path.startswith(p) for p in FORM_PREFIXES)
 
 
