@@ -6,22 +6,32 @@ values and return domain results; :mod:`loopengine.app.views` turns those into t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-from loopengine.app import delivery, expiry, items, lifecycle, resolution, turn_events, views
+from loopengine.app import delivery, expiry, items, lifecycle, resolution, sessions, turn_events, views
 from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
+from loopengine.app.replay import replay
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker import TurnOutcome, Worker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import notifications
 from loopengine.domain.decisions import HumanVerdict
-from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, VersionConflict
+from loopengine.domain.errors import (
+    AlreadyExists,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    VersionConflict,
+)
+from loopengine.domain.idempotency import Claim, claim
 from loopengine.domain.ids import new_id
 from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
@@ -53,8 +63,13 @@ class Engine:
         sender: Decider | None = None,
         remaining_seconds: float | None = None,
         live: bool = False,
+        idempotency_key: str | None = None,
     ) -> TurnOutcome:
         """Start a turn on ``message`` and run it until it pauses, finishes or runs out of budget.
+
+        ``idempotency_key`` (a client's ``Idempotency-Key``): a retry of the same request answers
+        the turn the first one created, as it stands now; the same key with another request is
+        IdempotencyMismatch (see :mod:`loopengine.domain.idempotency`).
 
         ``live``: the sender is attached (``loopengine chat``): a pause's notifications wait the
         agent's ``live_wait`` for an inline decision before they go to the other channels.
@@ -81,13 +96,21 @@ class Engine:
         config = self.rt.agents.get(agent)
         sid = session_id or new_id("ses_")
         turns = self.rt.stores.turns.session_turns(session_id) if session_id else []  # read once
-        tenant = _tenant_for(who, tenant, sid, turns)
-        active = _active_turns(sid, config, tenant, turns)
+        named = tenant
+        tenant = sessions.tenant_for(who, tenant, sid, turns)
+        sent = {"message": message, "sessionId": session_id, "tenant": named, "live": live}
+        key = None if idempotency_key is None else claim(idempotency_key, tenant, f"agent:{agent}", sent)
+        replayed = replay(self.rt, key)
+        if replayed is not None:
+            return replayed
+        active = sessions.active_turns(sid, config, tenant, turns)
         if active and config.on_new_message == "queue":
-            return self._queue(config, sid, tenant, trigger, message, live)
+            return self._queue(config, sid, tenant, trigger, message, live, key)
         for earlier in active:
             self._make_way(config, earlier, who)
-        return self._start(config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live)
+        return self._start(
+            config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live, key
+        )
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
@@ -152,11 +175,24 @@ class Engine:
         )
 
     def _queue(
-        self, config: AgentConfig, sid: str, tenant: str, trigger: str, message: str, live: bool
+        self,
+        config: AgentConfig,
+        sid: str,
+        tenant: str,
+        trigger: str,
+        message: str,
+        live: bool,
+        key: Claim | None = None,
     ) -> TurnOutcome:
         turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None, live), queued_message=message)
         event = self.rt.stamp("queued", trigger=trigger)
-        self.rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,)))
+        held = key.record(turn.turn_id, self.now()) if key is not None else None
+        try:
+            self.rt.stores.turns.commit(
+                Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held)
+            )
+        except AlreadyExists:  # the same key's first request landed meanwhile
+            return self._replayed(key)
         lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
         return self.outcome(turn.turn_id)
 
@@ -170,6 +206,7 @@ class Engine:
         budget_seconds: float | None,
         remaining_seconds: float | None,
         live: bool = False,
+        key: Claim | None = None,
     ) -> TurnOutcome:
         """Create the turn and append its message in one write, then run it (this request is its worker)."""
         rt = self.rt
@@ -179,14 +216,28 @@ class Engine:
         notes = delivery.announce(rt, config, turn, notifications.run_start(turn, trigger))
         event = rt.stamp("started", trigger=trigger, configHash=turn.config_hash)
         add = Append(sid, (Message.user_text(message),), len(history))
+        held = key.record(turn.turn_id, self.now()) if key is not None else None
         try:
             rt.stores.turns.commit(
-                Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes)
+                Change(
+                    turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held
+                )
             )
+        except AlreadyExists:  # the same key's first request landed meanwhile
+            return self._replayed(key)
         except VersionConflict:
+            if key is not None and (replayed := replay(rt, key)) is not None:
+                return replayed  # it landed first and moved the session: answer it, not a 409
             raise Conflict(f"session {sid} changed while this message arrived; retry") from None
         delivery.deliver(rt, notes)
         return advance(self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds))
+
+    def _replayed(self, key: Claim | None) -> TurnOutcome:
+        """The answer to a request whose key another request just used (the store refused ours)."""
+        replayed = replay(self.rt, key)
+        if replayed is None:
+            raise Conflict("a record to create exists; retry")
+        return replayed
 
     def _worker(
         self, turn_id: str, runner: str, budget_seconds: float | None, remaining_seconds: float | None
@@ -231,16 +282,26 @@ class Engine:
         hard = None if remaining_seconds is None else now + remaining_seconds
         return lifecycle.resume_turn(self.rt, turn_id, deadline, hard)
 
-    def cancel(self, turn_id: str, decider: Decider) -> TurnRecord:
+    def cancel(self, turn_id: str, decider: Decider, idempotency_key: str | None = None) -> TurnRecord:
         """Stop a turn: parked or queued at once, running at its next step boundary.
 
         What was already sent is not unsaid: calls that ran keep their effects. A turn whose open
         items need approvers may be cancelled only by one who could decide them all (or the
-        operator): cancelling abandons those items.
+        operator): cancelling abandons those items. A cancel is idempotent by nature; with an
+        ``idempotency_key`` the key is remembered, and the same key for another turn is 422.
         """
         turn = self.turn(turn_id, decider)
+        key = None
+        if idempotency_key is not None:
+            key = claim(idempotency_key, turn.tenant, f"cancel:{turn.agent}", {"turnId": turn_id})
+            if replay(self.rt, key) is not None:
+                return self.turn(turn_id, decider)
         self._check_stop_authority(turn, decider, "cancel")
-        return lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, decider.decided_by())
+        stopped = lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, decider.decided_by())
+        if key is not None:
+            with contextlib.suppress(AlreadyExists):  # a racing retry stored it first
+                self.rt.stores.turns.commit(Change(turn_id, idempotency=key.record(turn_id, self.now())))
+        return stopped
 
     def _check_stop_authority(self, turn: TurnRecord, who: Decider, what: str) -> None:
         if who.operator:
@@ -304,28 +365,8 @@ class Engine:
     def open_items(
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
     ) -> list[JsonDict]:
-        """Open pending items (the poll surface), oldest checkpoint first, of the tenants ``who`` sees.
-
-        A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller (the
-        operator, who is in every tenant, names one; else the default tenant ``""``). Each store
-        query is bounded to one tenant by construction.
-        """
-        if tenant is not None and who is not None and not who.sees(tenant):
-            raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
-        if tenant is not None:
-            tenants = [tenant]
-        elif who is None or who.tenants is None:
-            tenants = [""]
-        else:
-            tenants = sorted(who.tenants)
-        found = [cp for t in tenants for cp in self.rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
-        found.sort(key=lambda cp: (cp.created_at, cp.id))
-        return [
-            views.listed_item(cp, item)
-            for cp in found
-            for item in cp.outstanding.values()
-            if who is None or who.sees_item(cp.tenant, item.pending_id)
-        ]
+        """Open pending items (the poll surface) of the tenants ``who`` sees: see :func:`items.open_items`."""
+        return items.open_items(self.rt, agent, tenant, who)
 
     def history(self, session_id: str, who: Decider | None = None) -> list[Message]:
         """A session's durable history (NotFound for an unknown session, or another tenant's)."""
@@ -352,34 +393,3 @@ class Engine:
             pause.wait(step)
             waited += step
             step = min(step * 2, 0.25)
-
-
-def _tenant_for(who: Decider, named: str | None, sid: str, earlier: list[TurnRecord]) -> str:
-    """The tenant a message goes to.
-
-    The one named (403 outside the caller's scope), else the session's (an existing session keeps
-    its tenant; another tenant's session does not exist for the caller), else the caller's own.
-    """
-    if named:
-        if not who.sees(named):
-            raise Forbidden(f"{who.id} may not act in tenant {named!r}")
-        return named
-    if earlier:
-        if not who.sees(earlier[0].tenant):
-            raise NotFound(f"no session {sid!r}")
-        return earlier[0].tenant
-    if who.tenants is None or "" in who.tenants:
-        return ""
-    if len(who.tenants) == 1:
-        return next(iter(who.tenants))
-    raise InvalidInput("tenant is required: you may act in several tenants")
-
-
-def _active_turns(sid: str, config: AgentConfig, tenant: str, earlier: list[TurnRecord]) -> list[TurnRecord]:
-    """The session's unfinished turns (404 for another tenant's session, 409 for another agent's)."""
-    for turn in earlier:
-        if turn.tenant != tenant:  # another tenant's session does not exist for this caller
-            raise NotFound(f"no session {sid!r}")
-        if turn.agent != config.name:
-            raise Conflict(f"session {sid} belongs to agent {turn.agent!r}")
-    return [t for t in earlier if t.status is not TurnStatus.FINISHED]

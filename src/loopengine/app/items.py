@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopengine.app import expiry
+from loopengine.app import expiry, views
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.tools import Tool
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.errors import NotFound
+from loopengine.domain.errors import Forbidden, NotFound
 from loopengine.domain.fate import Fate, FateState, item_fate
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnRecord
 
@@ -68,3 +69,28 @@ def _tool(rt: Runtime, cp: TurnCheckpoint | None, turn: TurnRecord | None, pendi
         return rt.config_of(turn).tool(item.tool)
     except NotFound:
         return None
+
+
+def open_items(rt: Runtime, agent: str | None, tenant: str | None, who: Principal | None) -> list[JsonDict]:
+    """Open pending items (the poll surface), oldest checkpoint first, of the tenants ``who`` sees.
+
+    A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller (the
+    operator, who is in every tenant, names one; else the default tenant ``""``). Each store
+    query is bounded to one tenant by construction.
+    """
+    if tenant is not None and who is not None and not who.sees(tenant):
+        raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
+    if tenant is not None:
+        tenants = [tenant]
+    elif who is None or who.tenants is None:
+        tenants = [""]
+    else:
+        tenants = sorted(who.tenants)
+    found = [cp for t in tenants for cp in rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
+    found.sort(key=lambda cp: (cp.created_at, cp.id))
+    return [
+        views.listed_item(cp, item)
+        for cp in found
+        for item in cp.outstanding.values()
+        if who is None or who.sees_item(cp.tenant, item.pending_id)
+    ]

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
+from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
@@ -89,6 +90,9 @@ class Change:
     append: Append | None = None
     events: tuple[JsonDict, ...] = ()
     outbox: tuple[OutboxRecord, ...] = ()
+    idempotency: IdempotencyRecord | None = None
+    """A client's ``Idempotency-Key`` for the turn this change creates: a create (AlreadyExists when
+    an unexpired record holds the key), landing with the turn or not at all."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ class Committed:
 
 class TurnStore(Protocol):
     """Turn records, their audit events, per-call execution records and config snapshots."""
+
+    def get_idempotency(self, key: str) -> IdempotencyRecord | None:
+        """The record of a scoped idempotency key (expired ones may still be returned: check)."""
+        ...
 
     def commit(self, change: Change) -> Committed:
         """Write ``change`` atomically.
@@ -173,15 +181,29 @@ class TurnStore(Protocol):
         ...
 
 
+TextSink = Callable[[str], None]
+"""Receives a model's text as it streams, piece by piece (see :attr:`ModelRequest.on_text`)."""
+
+
 @dataclass(frozen=True)
 class ModelRequest:
-    """One Messages API call."""
+    """One Messages API call.
+
+    ``on_text``, when set, asks the client to stream: it is called with each piece of the answer's
+    text as it arrives, in order, from the thread that runs :meth:`ModelClient.create`. The pieces
+    concatenated are the response's whole text as :attr:`Message.text` has it (text blocks joined
+    by a newline, which arrives as a piece of its own). A client that cannot stream ignores it and
+    only returns the whole response; ``create``'s answer stays the one that counts. The callback
+    may raise (the caller no longer wants the call): the client lets that propagate, ending the
+    call. It is not part of the request's identity (``==`` ignores it).
+    """
 
     model: str
     system: str
     max_tokens: int
     messages: list[Message]
     tools: list[JsonDict]
+    on_text: TextSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -197,7 +219,10 @@ class ModelClient(Protocol):
     """Something that answers a Messages API request."""
 
     def create(self, request: ModelRequest) -> ModelResponse:
-        """Call the model; raise ``ModelError`` (retryable or not) on failure."""
+        """Call the model; raise ``ModelError`` (retryable or not) on failure.
+
+        Streams the answer's text to ``request.on_text`` when it is set and the client can.
+        """
         ...
 
 

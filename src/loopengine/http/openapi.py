@@ -41,6 +41,7 @@ ERRORS = {
     409: "conflict: argsHash is not the item's, or the session has a parked or running turn",
     413: "request body too large",
     415: "loopengine dev only: a POST to a JSON route needs Content-Type: application/json",
+    422: "idempotency_mismatch: this Idempotency-Key was used with a different request",
     503: "the agent's configuration cannot be loaded, or the store is unavailable",
 }
 

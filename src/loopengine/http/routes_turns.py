@@ -6,7 +6,7 @@ from typing import Annotated
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
 from loopengine.app import api_models as m
 from loopengine.app import views
@@ -22,14 +22,27 @@ Agent = Annotated[
     str, Path(pattern=m.AGENT_PATTERN, description="the agent's name", examples=["customer-service"])
 ]
 SessionId = Annotated[str, Path(alias="sessionId", pattern=m.CLIENT_ID_PATTERN)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="idempotency-key",
+        description=(
+            "Idempotency-Key (1-255 printable characters; the Stripe convention): a retry with the same key"
+            " and body answers the first request's turn as it stands now (no second turn); the same key with"
+            " another body is 422 idempotency_mismatch. Scoped to tenant and agent, kept 24 h."
+        ),
+    ),
+]
 
 
 @router.post(
     "/agents/<agent>/messages",
     summary="Send a message: run a turn until it finishes, pauses for a human, or runs out of budget",
-    responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 503),
+    responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 503),
 )
-def post_message(agent: Agent, body: Annotated[m.MessageRequest, Body()]) -> Response[m.TurnOutcome]:
+def post_message(
+    agent: Agent, body: Annotated[m.MessageRequest, Body()], idempotency_key: IdempotencyKey = None
+) -> Response[m.TurnOutcome]:
     out = root.engine().send_message(
         agent,
         body.message,
@@ -39,6 +52,7 @@ def post_message(agent: Agent, body: Annotated[m.MessageRequest, Body()]) -> Res
         sender=auth.current(router),
         remaining_seconds=budget.remaining(router.lambda_context),
         live=body.live,
+        idempotency_key=idempotency_key,
     )
     logger.set_correlation_id(out.turn_id)
     return web.reply(*views.turn_outcome(out))
@@ -72,11 +86,12 @@ def turn_events(
 @router.post(
     "/turns/<turnId>/cancel",
     summary="Stop a running or parked turn (side effects already sent are not unsaid)",
-    responses=answers({200: m.Cancelled, 202: m.Cancelled}, 403, 404, 415),
+    responses=answers({200: m.Cancelled, 202: m.Cancelled}, 403, 404, 415, 422),
 )
-def cancel_turn(turn_id: TurnId) -> Response[m.Cancelled]:
+def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Response[m.Cancelled]:
     logger.set_correlation_id(turn_id)
-    return web.reply(*views.cancelled(root.engine().cancel(turn_id, auth.current(router))))
+    stopped = root.engine().cancel(turn_id, auth.current(router), idempotency_key)
+    return web.reply(*views.cancelled(stopped))
 
 
 @router.get(

@@ -19,9 +19,11 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from loopengine.domain import errors, jsonsafe
+from loopengine.domain.idempotency import IdempotencyMismatch
 from loopengine.domain.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 
 STATUS: list[tuple[type[errors.LoopengineError], int]] = [
+    (IdempotencyMismatch, 422),
     (errors.InvalidInput, 400),
     (errors.AgentUnavailable, 503),
     (errors.ConfigError, 500),

@@ -32,14 +32,16 @@ from loopengine.app.ports import Change, Committed, JsonDict, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
-from loopengine.stores.dynamodb_codec import key, s, sortable
+from loopengine.stores.dynamodb_codec import key, n, s, sortable
 from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_ITEMS,
+    Condition,
     ConditionFailed,
     DynamoTable,
     TransactionCancelled,
@@ -175,7 +177,21 @@ class DynamoTurnStore(DynamoStore):
             plan.add([self.table.put_action(self._event_item(change.turn_id, event), ABSENT)])
         for record in change.outbox:
             plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
+        if change.idempotency is not None:
+            plan.add([self._key_action(change.idempotency)])
         return plan, turn, cp
+
+    def _key_action(self, record: IdempotencyRecord) -> Action:
+        """Create the key's item unless an unexpired one holds it (``ttl`` lets DynamoDB drop it later)."""
+        item = self._item(f"IDEM#{record.key}", "IDEM", record.to_dict(), {"ttl": n(int(record.expires_at))})
+        free = Condition(
+            "attribute_not_exists(pk) OR #ttl <= :now", {"#ttl": "ttl"}, {":now": n(int(record.created_at))}
+        )
+        return self.table.put_action(item, free)
+
+    def get_idempotency(self, key: str) -> IdempotencyRecord | None:
+        """The record of a scoped idempotency key (one GetItem)."""
+        return self._read(f"IDEM#{key}", "IDEM", IdempotencyRecord.from_dict)
 
     def _lost(self, lost: TransactionCancelled, change: Change, plan: _Plan) -> NoReturn:
         """Raise what a cancelled commit means: the first failed condition decides."""

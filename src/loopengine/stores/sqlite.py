@@ -20,6 +20,7 @@ from loopengine.app.ports import Change, Committed, JsonDict, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
@@ -148,7 +149,14 @@ class SqliteTurnStore(_SqliteStore):
                 insert(conn, "turn_events", {"turn_id": change.turn_id, "body": dumps(event)})
             for record in change.outbox:
                 _put_outbox(conn, record)
+            if change.idempotency is not None:
+                _claim_key(conn, change.idempotency)
         return Committed(turn, cp)
+
+    def get_idempotency(self, key: str) -> IdempotencyRecord | None:
+        """The record of a scoped idempotency key."""
+        found = self.db.body("SELECT body FROM idempotency_keys WHERE key = ?", (key,))
+        return IdempotencyRecord.from_dict(found) if found else None
 
     def create_turn(self, turn: TurnRecord) -> None:
         """Store a new turn; AlreadyExists if its id is taken."""
@@ -276,7 +284,8 @@ def _track_due(conn: sqlite3.Connection, turn: TurnRecord) -> None:
 
 
 def _put_outbox(conn: sqlite3.Connection, record: OutboxRecord) -> None:
-    row = {"event_id": record.event_id, "turn_id": record.turn_id, "due_at": record.due_at}
+    # the column event_id holds the record's key: eventId#target (a record per target)
+    row = {"event_id": record.key, "turn_id": record.turn_id, "due_at": record.due_at}
     upsert = "ON CONFLICT (event_id) DO UPDATE SET due_at = excluded.due_at, body = excluded.body"
     insert(conn, "outbox", {**row, "body": dumps(record.to_dict())}, upsert)
 
@@ -296,3 +305,16 @@ def open_sqlite_stores(path: str, clock: Clock) -> Stores:
     The database stays open until ``stores.close()``.
     """
     return sqlite_stores(SqliteDatabase(path), clock)
+
+
+def _claim_key(conn: sqlite3.Connection, record: IdempotencyRecord) -> None:
+    """Store a key with its turn; AlreadyExists while an unexpired record holds it."""
+    held = conn.execute(
+        "SELECT 1 FROM idempotency_keys WHERE key = ? AND expires_at > ?", (record.key, record.created_at)
+    ).fetchone()
+    if held:
+        raise AlreadyExists(f"idempotency key {record.key} is taken")
+    conn.execute(
+        "INSERT OR REPLACE INTO idempotency_keys (key, expires_at, body) VALUES (?, ?, ?)",
+        (record.key, record.expires_at, dumps(record.to_dict())),
+    )

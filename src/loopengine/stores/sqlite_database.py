@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS turn_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
 CREATE INDEX IF NOT EXISTS turn_events_by_turn ON turn_events (turn_id, seq);
 CREATE TABLE IF NOT EXISTS tool_calls (turn_id TEXT NOT NULL, tool_use_id TEXT NOT NULL,
     body TEXT NOT NULL, PRIMARY KEY (turn_id, tool_use_id));
-CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT NULL)
+CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency_keys (key TEXT PRIMARY KEY, expires_at REAL NOT NULL,
+    body TEXT NOT NULL)
 """
 
 
