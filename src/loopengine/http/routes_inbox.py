@@ -159,11 +159,13 @@ def _inbox(
     problem: cards.Card | None = None,
 ) -> Response[str]:
     engine, key = roots.engine(), _key()
+    flash, flash_turn = _flash(engine, who, flash_for)
     listed = engine.open_items(agent=shown.agent, tenant=shown.tenant, who=who)
     pending = [str(entry["pendingId"]) for entry in listed]
     rest = [p for p in pending if problem is None or p != problem.pending_id]
-    turns = list(dict.fromkeys(str(entry["turnId"]) for entry in listed))[:MAX_FOLLOWED]
-    follow = [(turn, engine.events(turn, who=who)[1]) for turn in turns]  # cursors before the items
+    # the decided item's turn first (it resumes, and may ask again), then the listed items' turns
+    turns = [*([flash_turn] if flash_turn else []), *(str(entry["turnId"]) for entry in listed)]
+    follow = _cursors(engine, who, list(dict.fromkeys(turns)))  # read before the items
     now = engine.now()
     found = [_card(engine.item(p, who), who, now, key) for p in rest[:MAX_ITEMS]]
     page = render.Page(
@@ -174,7 +176,7 @@ def _inbox(
         listed=pending,
         follow=follow,
         can_decide=key is not None,
-        flash=_flash(engine, who, flash_for),
+        flash=flash,
         problem=problem,
         more=max(0, len(rest) - MAX_ITEMS),
     )
@@ -188,13 +190,27 @@ def _card(
     return cards.card(view, who, now, token, attempt)
 
 
-def _flash(engine: Engine, who: Principal, pending_id: str | None) -> cards.Flash | None:
+def _cursors(engine: Engine, who: Principal, turns: list[str]) -> list[tuple[str, int]]:
+    """(turn, its events cursor) for the first :data:`MAX_FOLLOWED` of ``turns`` still going."""
+    out = []
+    for turn in turns:
+        _events, cursor, finished = engine.events(turn, who=who)
+        if not finished:
+            out.append((turn, cursor))
+        if len(out) == MAX_FOLLOWED:
+            break
+    return out
+
+
+def _flash(engine: Engine, who: Principal, pending_id: str | None) -> tuple[cards.Flash | None, str | None]:
+    """What became of ``pending_id`` (None while open, or another tenant's), and its turn."""
     if pending_id is None or not ids.is_pending_id(pending_id):
-        return None
+        return None, None
     try:
-        return cards.flash(engine.item(pending_id, who), who)
+        view = engine.item(pending_id, who)
     except errors.NotFound:  # another tenant's: say nothing about it
-        return None
+        return None, None
+    return cards.flash(view, who), view.checkpoint.turn_id if view.checkpoint is not None else None
 
 
 # --- POST /inbox/items/{pendingId} ----------------------------------------------------------------

@@ -120,6 +120,12 @@ class Page:
     def count(self) -> int:
         return sum(len(g.cards) for g in self.groups)
 
+    @property
+    def refresh_url(self) -> str:
+        """The URL that shows the page again: same filter and flash (its item's fate read afresh)."""
+        extra = {"item": self.flash.pending_id} if self.flash is not None else {}
+        return PAGE_PATH + self.filter.query(**extra)
+
 
 def _render(template: str, **values: Any) -> str:
     shared = {

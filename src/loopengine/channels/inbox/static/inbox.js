@@ -18,6 +18,9 @@
   if (!main || !window.fetch) {
     return;
   }
+  // absolute URLs from the origin: a page opened as http://user:password@host/inbox has those
+  // credentials in its base URL, and fetch() refuses a URL that carries credentials
+  var origin = window.location.origin;
   var WAIT = 20;
   var LIST_EVERY_MS = 30000;
   var RETRY_MS = 15000;
@@ -46,7 +49,7 @@
       }
       return;
     }
-    window.location.replace(main.getAttribute("data-refresh"));
+    window.location.replace(origin + main.getAttribute("data-refresh"));
   }
 
   function later(run, ms) {
@@ -81,7 +84,7 @@
   }
 
   function follow(turnId, after) {
-    var url = "/turns/" + encodeURIComponent(turnId) + "/events?after=" + after + "&wait=" + WAIT;
+    var url = origin + "/turns/" + encodeURIComponent(turnId) + "/events?after=" + after + "&wait=" + WAIT;
     var retry = function () { follow(turnId, after); };
     fetch(url, { credentials: "same-origin", headers: { Accept: "text/event-stream, application/json" } })
       .then(function (response) {
@@ -95,7 +98,7 @@
         return response.json().then(function (body) {
           if (body.events && body.events.length > 0) {
             changed();
-          } else {
+          } else if (!body.finished) {
             later(function () { follow(turnId, body.next); }, 0);
           }
         });
@@ -104,7 +107,7 @@
   }
 
   function pollList() {
-    fetch(main.getAttribute("data-list"), { credentials: "same-origin", headers: { Accept: "application/json" } })
+    fetch(origin + main.getAttribute("data-list"), { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (!response.ok) {
           throw new Error("HTTP " + response.status);
