@@ -337,7 +337,8 @@ def test_each_seed_rule_lives_in_one_module_that_defines_it() -> None:
         assert path.is_file(), f"{rule}: {modules[0]} does not exist"
         for symbol in ticked(where):
             assert defines(path, symbol.removesuffix("()")), f"{rule}: {modules[0]} defines no {symbol}"
-    assert {row[1] for row in rows} == {"000", "003", "004"}
+    seeds = {row[1] for row in rows}
+    assert {"000", "003", "004"} <= seeds <= {"000", "003", "004", "DESIGN"}, seeds
 
 
 def test_every_core_rule_of_design_md_is_in_the_seed_table() -> None:
