@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     # tools
     "Tool": "loopengine.authoring.tools",
     "tool_from_model": "loopengine.authoring.tools",
+    "ToolContext": "loopengine.authoring.context",
     "new_id": "loopengine.domain.ids",
     # messages and the model port (for scripted models)
     "Message": "loopengine.domain.messages",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from loopengine.app.engine import Engine as Engine
     from loopengine.app.ports import ModelRequest as ModelRequest
     from loopengine.app.ports import ModelResponse as ModelResponse
+    from loopengine.authoring.context import ToolContext as ToolContext
     from loopengine.authoring.registry import AgentRegistry as AgentRegistry
     from loopengine.authoring.tools import Tool as Tool
     from loopengine.authoring.tools import tool_from_model as tool_from_model

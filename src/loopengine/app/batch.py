@@ -13,11 +13,14 @@ from typing import Any
 
 from loopengine.app import faults
 from loopengine.app.runtime import Runtime
+from loopengine.app.tool_calls import Ending, run_tool
 from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.context import ToolContext, idempotency_key
 from loopengine.authoring.tools import ASK_USER, ASK_USER_SPEC, args_hash, result_text
 from loopengine.domain import notifications, outcomes
 from loopengine.domain.checkpoint import PendingItem
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.decisions import Approve
+from loopengine.domain.errors import InvalidInput, ToolOutcomeUnknown
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
@@ -118,50 +121,121 @@ def _item(
 def run_call(
     rt: Runtime,
     config: AgentConfig,
-    turn_id: str,
+    turn: TurnRecord,
     use: ToolUseBlock,
     edited: bool = False,
+    approval: Approve | None = None,
+    proposed: JsonDict | None = None,
 ) -> ToolResultBlock:
     """Run one call at most once: claim it, execute, record the outcome, return the result.
 
     A call already finished returns its recorded result; a call already started with no
-    outcome (the process died mid-call) is never re-run: its result is ``unknown``.
+    outcome (the process died mid-call) is never re-run: its result is ``unknown``. The tool
+    runs within its timeout and gets a :class:`ToolContext` if it asks (``approval``: the
+    person's decision, ``proposed``: the model's arguments before a reviewer edited them); a
+    call that timed out or was left running when the turn stopped is ``unknown`` too. The
+    outcome's audit event carries the call's idempotency key.
     """
     turns, clock = rt.stores.turns, rt.stores.clock
-    record = CallRecord(turn_id, use.id, use.name, clock.now())
+    key = idempotency_key(turn.tenant, turn.turn_id, use.id)
+    record = CallRecord(turn.turn_id, use.id, use.name, clock.now())
     if not turns.start_call(record):
-        existing = turns.calls(turn_id)[use.id]
+        existing = turns.calls(turn.turn_id)[use.id]
         if existing.result is not None:
             return _as_result(existing.result)
         result = outcomes.unknown(use.id, outcomes.CRASHED)
-        _record(rt, existing, "unknown", result)
+        _record(rt, existing, "unknown", result, idempotencyKey=key)
         return result
     faults.point("tool_claimed")
-    tool = config.tool(use.name)
-    outcome = "ok"
-    if tool is None:
-        outcome, result = "error", outcomes.failed(use.id, f"unknown tool {use.name!r}")
-    else:
-        try:
-            validate_args(tool.input_schema, use.input, "arguments")
-            text = result_text(tool.execute(use.input))
-            result = outcomes.edited(use.id, text, use.input) if edited else ToolResultBlock(use.id, text)
-        except InvalidInput as exc:
-            outcome, result = "error", outcomes.failed(use.id, str(exc))
-        except Exception as exc:  # the tool's own failure is a result the model sees
-            outcome, result = "error", outcomes.failed(use.id, f"{type(exc).__name__}: {exc}")
+    outcome, result, notes = _execute(rt, config, turn, use, edited, approval, proposed)
     faults.point("tool_returned")
-    _record(rt, record, outcome, result)
+    _record(rt, record, outcome, result, idempotencyKey=key, **notes)
     return result
 
 
-def _record(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock) -> None:
+def _execute(
+    rt: Runtime,
+    config: AgentConfig,
+    turn: TurnRecord,
+    use: ToolUseBlock,
+    edited: bool,
+    approval: Approve | None,
+    proposed: JsonDict | None,
+) -> tuple[str, ToolResultBlock, JsonDict]:
+    """Run the claimed call: (outcome, result, extra audit fields)."""
+    tool = config.tool(use.name)
+    if tool is None:
+        return "error", outcomes.failed(use.id, f"unknown tool {use.name!r}"), {}
+    try:
+        validate_args(tool.input_schema, use.input, "arguments")
+    except InvalidInput as exc:
+        return "error", outcomes.failed(use.id, str(exc)), {}
+    ctx = _context(rt, config, turn, use, approval, proposed)
+    ran = run_tool(tool, use.input, ctx, lambda: _stop_requested(rt, turn.turn_id))
+    if ran.ending is Ending.TIMED_OUT:
+        why = f"it did not finish within its timeout of {ctx.timeout:g} s and may still have had an effect"
+        return "unknown", outcomes.unknown(use.id, f"{why}; it was not retried"), {"timedOut": True}
+    if ran.ending is Ending.STOPPED:
+        why = "the turn was stopped while this call ran and it did not finish; it may have had an effect"
+        return "unknown", outcomes.unknown(use.id, f"{why}; it was not retried"), {"stopped": True}
+    if ran.ending is Ending.RAISED and isinstance(ran.error, ToolOutcomeUnknown):  # sent, no answer came
+        return "unknown", outcomes.unknown(use.id, str(ran.error)), {}
+    if ran.ending is Ending.RAISED:  # the tool's own failure is a result the model sees
+        return "error", outcomes.failed(use.id, f"{type(ran.error).__name__}: {ran.error}"), {}
+    try:
+        text = result_text(ran.value)
+    except (TypeError, ValueError) as exc:
+        return "error", outcomes.failed(use.id, f"the tool's result is not JSON: {exc}"), {}
+    return "ok", outcomes.edited(use.id, text, use.input) if edited else ToolResultBlock(use.id, text), {}
+
+
+def _context(
+    rt: Runtime,
+    config: AgentConfig,
+    turn: TurnRecord,
+    use: ToolUseBlock,
+    approval: Approve | None,
+    proposed: JsonDict | None,
+) -> ToolContext:
+    who: JsonDict = {}
+    if approval is not None:
+        changed = approval.edited_args is not None
+        who = {
+            "decision": "approve",
+            "decided_by": approval.decided_by,
+            "decided_via": approval.channel,
+            "decided_at": approval.at,
+            "comment": approval.comment,
+            "edited_by": approval.decided_by if changed else None,
+            "proposed_args": proposed if changed else None,
+        }
+    return ToolContext.for_call(
+        turn_id=turn.turn_id,
+        call_id=use.id,
+        tool=use.name,
+        tenant=turn.tenant,
+        agent=turn.agent,
+        session_id=turn.session_id,
+        timeout=config.timeout_of(use.name),
+        clock=rt.stores.clock,
+        **who,
+    )
+
+
+def _stop_requested(rt: Runtime, turn_id: str) -> bool:
+    current = rt.stores.turns.get_turn(turn_id)
+    return current is not None and current.stop_requested is not None
+
+
+def _record(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock, **notes: Any) -> None:
     now = rt.stores.clock.now()
     done = CallRecord(
         call.turn_id, call.tool_use_id, call.tool, call.started_at, outcome, result.to_dict(), now
     )
     rt.stores.turns.finish_call(done)
-    rt.event(call.turn_id, "tool_outcome", toolUseId=call.tool_use_id, tool=call.tool, outcome=outcome)
+    rt.event(
+        call.turn_id, "tool_outcome", toolUseId=call.tool_use_id, tool=call.tool, outcome=outcome, **notes
+    )
 
 
 def _as_result(data: JsonDict) -> ToolResultBlock:

@@ -40,6 +40,8 @@ from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
+_RECORD_MARGIN = 2.0
+"""Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
 
 
 def advance(worker: Worker) -> TurnOutcome:
@@ -145,11 +147,11 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
     )
 
 
-def _hand_off(worker: Worker, turn: TurnRecord) -> TurnOutcome:
+def _hand_off(worker: Worker, turn: TurnRecord, **why: Any) -> TurnOutcome:
     """The time budget is spent: release the turn (ready, no lease) and invoke the resume worker."""
     rt = worker.rt
     now = rt.stores.clock.now()
-    event = rt.stamp("handed_off", reason="time budget reached")
+    event = rt.stamp("handed_off", reason="time budget reached", **why)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         ready = ts.hand_off(t, worker.runner, now, rt.handoff_grace)
@@ -182,7 +184,7 @@ def _batch(
     results = list(plan.invalid.values())
     for use in plan.allowed:
         if _no_time_for(worker, config, use):
-            return _hand_off(worker, turn)
+            return _hand_off(worker, turn, toolUseId=use.id, timeout=config.timeout_of(use.name))
         results.append(_run(worker, config, turn, use))
     stop = _stop_requested(rt, turn.turn_id)
     if stop is not None:  # nothing new starts; what already ran keeps its result
@@ -213,16 +215,22 @@ def _run(
 
 
 def _no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
-    """The call's timeout does not fit what is left of the time budget (and it has not run yet).
+    """The call's timeout does not fit the time this invocation has left: hand the turn on first.
 
-    Then the turn is handed to the resume worker, whose budget fits any tool's timeout (<= 600 s),
-    rather than letting the invocation end mid-call (which would make the call ``unknown``).
+    The limit is the invocation's end (``hard_limit``; else the time budget), less a margin to record
+    the outcome: running the call anyway could end the invocation mid-call and make it ``unknown``.
+    A call that has started is answered from its record; a call handed on once for this reason runs
+    on the next worker whatever its time (a second hand-off could go on for ever).
     """
-    if worker.deadline is None:
+    rt = worker.rt
+    limit = worker.hard_limit if worker.hard_limit is not None else worker.deadline
+    needed = config.timeout_of(use.name) + _RECORD_MARGIN
+    if limit is None or rt.stores.clock.now() + needed <= limit:
         return False
-    if worker.rt.stores.clock.now() + config.timeout_of(use.name) <= worker.deadline:
+    if use.id in rt.stores.turns.calls(worker.turn_id):
         return False
-    return use.id not in worker.rt.stores.turns.calls(worker.turn_id)
+    handed = (e for e in rt.stores.turns.events(worker.turn_id) if e["type"] == "handed_off")
+    return all(e.get("toolUseId") != use.id for e in handed)
 
 
 def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
@@ -246,7 +254,7 @@ def _close_batch(
     for item in cp.approved.values():
         use = ToolUseBlock(item.tool_use_id, item.tool, item.args)
         if _no_time_for(worker, config, use):
-            return _hand_off(worker, turn)
+            return _hand_off(worker, turn, toolUseId=use.id, timeout=config.timeout_of(use.name))
         edited = args_hash(item.tool, item.args) != item.args_hash
         approval = _approval(cp, item.pending_id)
         results.append(_run(worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id)))

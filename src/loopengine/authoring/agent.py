@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopengine.authoring.agent_schema import AgentFile
+from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
 from loopengine.domain.gate import RuleSet
@@ -48,6 +49,11 @@ class AgentConfig:
         """The tool called ``name``, if the agent has it."""
         return next((t for t in self.tools if t.name == name), None)
 
+    def timeout_of(self, name: str) -> float:
+        """Seconds one call of tool ``name`` may run (agent.yaml, else the Tool's own, else the default)."""
+        tool = self.tool(name)
+        return tool.timeout if tool is not None and tool.timeout is not None else DEFAULT_TOOL_TIMEOUT
+
     def tool_specs(self) -> list[JsonDict]:
         """The ``tools`` list sent to the model, built-in ``system_ask_user`` last."""
         return [t.spec() for t in self.tools] + [ASK_USER_SPEC]
@@ -71,7 +77,12 @@ class AgentConfig:
             ),
             "extra": self.extra,
             **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
+            **({"tool_timeouts": timeouts} if (timeouts := self._timeouts()) else {}),
         }
+
+    def _timeouts(self) -> dict[str, float]:
+        """Tools' timeouts that are set (the default is left out, so it moves no config hash)."""
+        return {t.name: t.timeout for t in self.tools if t.timeout is not None}
 
     def config_hash(self) -> str:
         """Content hash of :meth:`snapshot`."""
@@ -91,9 +102,11 @@ def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
     yields an error result instead of running something else.
     """
     tools = []
+    timeouts = snapshot.get("tool_timeouts") or {}
     for spec in snapshot["tools"]:
         fn = code.get(spec["name"]) or _missing(spec["name"])
-        tools.append(Tool(spec["name"], spec["description"], spec["input_schema"], fn))
+        timeout = timeouts.get(spec["name"])
+        tools.append(Tool(spec["name"], spec["description"], spec["input_schema"], fn, timeout))
     return AgentConfig(
         name=snapshot["name"],
         model=snapshot["model"],
@@ -123,8 +136,11 @@ def build_config(
     """The config of validated agent.yaml / rules.yaml content (``raw_*`` as written) and its tools.
 
     The raw rules and notifier blocks are what the snapshot keeps, so the config hash of a folder
-    does not depend on how this version of the code models them.
+    does not depend on how this version of the code models them. A tool's timeout in agent.yaml
+    (``tool_timeouts:``) wins over the one its Tool sets.
     """
+    timeouts = agent.tool_timeouts or {}
+    tools = [replace(t, timeout=timeouts[t.name]) if t.name in timeouts else t for t in tools]
     return AgentConfig(
         name=agent.name,
         model=agent.model,

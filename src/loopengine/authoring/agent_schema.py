@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from loopengine.authoring.context import MAX_TOOL_TIMEOUT
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict
 from loopengine.domain.yaml_lines import Lines, Problem
@@ -49,11 +50,21 @@ class AgentFile(Strict):
     pending_ttl: Duration | None = None
     on_expiry: OnExpiry | None = None
     live_wait: Duration | None = None
+    tool_timeouts: dict[str, Duration] | None = None
 
     @model_validator(mode="after")
     def _expiry_needs_ttl(self) -> AgentFile:
         if self.on_expiry is not None and self.pending_ttl is None:
             raise ValueError("on_expiry needs a pending_ttl")
+        return self
+
+    @model_validator(mode="after")
+    def _timeouts_fit_a_worker(self) -> AgentFile:
+        for name, seconds in (self.tool_timeouts or {}).items():
+            if seconds > MAX_TOOL_TIMEOUT:
+                raise ValueError(
+                    f"tool_timeouts.{name}: at most {MAX_TOOL_TIMEOUT:g}s (10m), not {seconds:g}s"
+                )
         return self
 
 
@@ -78,6 +89,11 @@ def cross_check(
             msg = f"tools[{index}]: {name!r} is not defined in tools.py (it defines: {known})"
             found.append(Problem(file, lines.line(("tools", index)), msg))
     have = set(wanted)
+    for name in agent.tool_timeouts or {}:
+        if name not in have:
+            known = ", ".join(wanted) or "none"
+            msg = f"tool_timeouts.{name}: {name!r} is not a tool of this agent (its tools: {known})"
+            found.append(Problem(file, lines.line(("tool_timeouts", name)), msg))
     file, lines = rules_file
     for index, rule in enumerate((rules.rules or []) if rules else []):
         at = lines.line(("rules", index, "tool"))
