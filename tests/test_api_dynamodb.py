@@ -244,7 +244,7 @@ def test_seed_003_walkthrough_on_dynamodb(dep: Deployment) -> None:
     assert turn["text"].startswith("Done: order A-1001 was refunded") and "212.00 USD" in turn["text"]
     assert turn["pendingItems"] == []
     assert [d["pendingId"] for d in audit(turn, "decided")] == [refund["pendingId"], email["pendingId"]]
-    assert all(d["decidedBy"] == "admin" for d in audit(turn, "decided"))
+    assert all(d["decidedBy"] == "user:admin" for d in audit(turn, "decided"))
 
     # AND the history is protocol-valid: every tool ran once and was answered once
     history = get_history(session_id)

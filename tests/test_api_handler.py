@@ -62,15 +62,23 @@ def test_credentials_are_required(engine: Engine, user: str | None, password: st
     assert status == 401 and body["error"] == "unauthorized"
 
 
-def test_jwt_claims_identify_the_decider(engine: Engine) -> None:
+def test_jwt_claims_identify_the_decider(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     _, paused = _pause()
     pending = paused["pendingItems"][0]["pendingId"]
     event = with_auth(load_event("resolve_approve", pendingId=pending), None)
-    event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "user-42"}, "scopes": None}}
+    claims = {"iss": "https://issuer.example/", "sub": "user-42", "tenant": ""}
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
     status, _ = call(api.handler, event)
-    assert status == 202
+    assert status == 403  # an empty tenant claim names no tenant, and no default tenant is set
+    claims["tenant"] = "[]"
+    assert call(api.handler, event)[0] == 403
+    event["requestContext"]["authorizer"]["jwt"]["claims"] = {**claims, "tenant": "acme"}
+    assert call(api.handler, event)[0] == 404  # the item is in the default tenant, not acme's
+    event["requestContext"]["authorizer"]["jwt"]["claims"] = claims
+    monkeypatch.setenv("LOOPENGINE_JWT_DEFAULT_TENANT", "-")  # tokens without a tenant: the default ""
+    assert call(api.handler, event)[0] == 202
     decided = [e for e in engine.rt.stores.turns.events(paused["turnId"]) if e["type"] == "decided"]
-    assert decided[0]["decidedBy"] == "user:user-42" and decided[0]["channel"] == "api-jwt"
+    assert decided[0]["decidedBy"] == "jwt:https://issuer.example/user-42" and decided[0]["channel"] == "api"
 
 
 @pytest.mark.parametrize(

@@ -1,25 +1,36 @@
-"""Who may do what: every route x every kind of caller, with no state change on any refusal.
+"""Who may do what: every route x every source of a principal, with no state change on any refusal.
 
-Callers: nobody, the operator (``LOOPENGINE_ADMIN_AUTH``), a tenant-A user who is not an approver,
-a tenant-B user, a tenant-A approver (group ``refund-managers``), and the recipient of another
-item's magic link (whose token is no credential for the API). The world: a turn in tenant ``acme``
-parked on a refund that only ``group:refund-managers`` may approve.
+Callers: nobody; the operator (``LOOPENGINE_ADMIN_AUTH``); HTTP Basic users of tenant A (no approver),
+tenant B, and a tenant-A approver (group ``refund-managers``); the holder of another item's magic
+link (whose token is no API credential); JWT holders in the shapes API Gateway hands over (Cognito's
+``custom:tenant`` named by ``LOOPENGINE_JWT_TENANT_CLAIM``, a required scope, list and string
+claims, a ``sub`` that looks like a group) and tokens that must be refused (no tenant claim, the
+tenant in another claim than the configured one, a missing scope); and Slack and Lark, whose signed
+requests are credentials for their own routes only. The world: a turn in tenant ``acme`` parked on a
+refund that only ``group:refund-managers`` may approve; the Slack user, the Lark user and the
+magic-link recipient are all *named* ``group:refund-managers``, which makes none of them that group.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.channels.magic import token as magic
+from loopengine.channels.slack.interact import sign_slack
 from loopengine.domain.messages import Message
-from loopengine.http import api, auth
+from loopengine.http import api, auth, root
+from loopengine.http import routes_lark as lark_route
+from loopengine.http import routes_slack as slack_route
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
+from tests import lark_support
 from tests.harness import Build, Calls, Harness, agent
 
 USERS = [
@@ -27,14 +38,39 @@ USERS = [
     {"user": "bob", "password": "b-pw", "tenants": ["globex"]},
     {"user": "mgr", "password": "m-pw", "tenants": ["acme"], "groups": ["refund-managers"]},
 ]
-CALLERS: dict[str, str | None] = {
-    "none": None,
-    "operator": "admin:secret",
-    "tenant_a": "alice:a-pw",
-    "tenant_b": "bob:b-pw",
-    "approver": "mgr:m-pw",
-    "magic_other": "bearer",
+GROUPISH = "group:refund-managers"
+"""What the Slack user id, the Lark open_id, the recipient and one JWT sub are named."""
+ISSUER = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_Example"
+SCOPE = "loopengine/decide"
+SLACK_SECRET, SLACK_TEAM = "authz-slack-signing-secret", "T0AUTHZ"
+MAGIC_SECRET = "authz-magic-link-secret"
+
+
+def _jwt(sub: str, **claims: Any) -> dict[str, Any]:
+    return {"iss": ISSUER, "sub": sub, "token_use": "access", "scope": f"openid {SCOPE}", **claims}
+
+
+JWTS: dict[str, dict[str, Any]] = {
+    "jwt_a": _jwt("a-sub", **{"custom:tenant": "acme"}),
+    "jwt_b": _jwt("b-sub", **{"custom:tenant": "globex"}),
+    "jwt_approver": _jwt("m-sub", **{"custom:tenant": "acme", "cognito:groups": "[refund-managers other]"}),
+    "jwt_lists": {
+        "iss": ISSUER,
+        "sub": "l-sub",
+        "custom:tenant": ["acme"],
+        "cognito:groups": ["refund-managers"],
+        "scp": [SCOPE],
+    },
+    "jwt_group_sub": _jwt(GROUPISH, **{"custom:tenant": "acme"}),
+    "jwt_no_tenant": _jwt("n-sub", **{"cognito:groups": "[refund-managers]"}),
+    "jwt_other_claim": _jwt("o-sub", tenant="acme", **{"cognito:groups": "[refund-managers]"}),
+    "jwt_no_scope": {
+        **_jwt("s-sub", **{"custom:tenant": "acme", "cognito:groups": "[refund-managers]"}),
+        "scope": "openid",
+    },
 }
+BASIC = {"operator": "admin:secret", "tenant_a": "alice:a-pw", "tenant_b": "bob:b-pw", "approver": "mgr:m-pw"}
+CALLERS = ["none", *BASIC, "magic_other", *JWTS, "slack", "lark"]
 RULES = {
     "rules": [
         {"tool": "lookup", "decision": "allow"},
@@ -42,7 +78,7 @@ RULES = {
             "tool": "refund",
             "when": {"field": "amount", "op": "gt", "value": 1000},
             "decision": "ask",
-            "approvers": ["group:refund-managers"],
+            "approvers": [GROUPISH],
         },
         {"tool": "refund", "decision": "ask"},
     ],
@@ -51,7 +87,7 @@ RULES = {
 
 
 def respond(request: ModelRequest) -> ModelResponse:
-    """Every new user message asks for a refund of 5000; a tool result gets a closing line."""
+    """Every new user message asks for a refund of 5000 ("small": 10); a tool result gets a closing line."""
     last = request.messages[-1]
     if last.tool_results and not last.text:
         return say("done")
@@ -61,7 +97,18 @@ def respond(request: ModelRequest) -> ModelResponse:
 
 @pytest.fixture
 def world(install_harness: Build, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    monkeypatch.setenv("LOOPENGINE_USERS", json.dumps(USERS))
+    for name, value in {
+        "LOOPENGINE_USERS": json.dumps(USERS),
+        "LOOPENGINE_JWT_TENANT_CLAIM": "custom:tenant",  # Cognito's custom attribute
+        "LOOPENGINE_JWT_SCOPES": SCOPE,
+        slack_route.SECRET_ENV: SLACK_SECRET,
+        slack_route.TEAM_ENV: SLACK_TEAM,
+        lark_route.APP_ID_ENV: lark_support.APP_ID,
+        lark_route.TOKEN_ENV: lark_support.TOKEN,
+        lark_route.ENCRYPT_KEY_ENV: lark_support.KEY,
+        magic.SECRET_ENV: MAGIC_SECRET,
+    }.items():
+        monkeypatch.setenv(name, value)
     calls = Calls()
     amount = {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}
     tools = [calls.tool("lookup"), calls.tool("refund", schema=amount)]
@@ -70,27 +117,71 @@ def world(install_harness: Build, monkeypatch: pytest.MonkeyPatch) -> Iterator[d
         "POST", "/agents/shop/messages", {"message": "refund please", "tenant": "acme"}, "operator"
     )
     assert status == 202, paused
+    pending = paused["pendingItems"][0]["pendingId"]
+    token = magic.issue_token(MAGIC_SECRET, pending, GROUPISH, h.clock.now() + 3600)
     yield {
         "h": h,
         "calls": calls,
         "turn": paused["turnId"],
         "session": paused["sessionId"],
-        "pending": paused["pendingItems"][0]["pendingId"],
+        "pending": pending,
+        "token": token,
     }
+
+
+def _now() -> int:
+    return int(root.engine().now())
 
 
 def request(method: str, path: str, body: Any, caller: str) -> tuple[int, dict[str, Any]]:
     """Send one request through the api handler as ``caller`` (a real API Gateway v2 event)."""
     headers = {"content-type": "application/json"}
-    secret = CALLERS[caller]
-    if secret == "bearer":
+    if isinstance(body, Form):
+        headers["content-type"], raw = body.content_type, body.raw
+    else:
+        raw = b"" if body is None else json.dumps(body).encode()
+    if caller in BASIC:
+        headers["authorization"] = "Basic " + base64.b64encode(BASIC[caller].encode()).decode()
+    elif caller == "magic_other":
         headers["authorization"] = "Bearer x.y"  # a magic-link token is no API credential
-    elif secret is not None:
-        headers["authorization"] = "Basic " + base64.b64encode(secret.encode()).decode()
-    raw = b"" if body is None else json.dumps(body).encode()
-    result = api.handler(to_event(method, path, headers, raw, "127.0.0.1"), LocalContext())
+    elif caller == "slack":
+        stamp = str(_now())
+        headers |= {
+            "x-slack-request-timestamp": stamp,
+            "x-slack-signature": sign_slack(SLACK_SECRET, raw, stamp),
+        }
+    elif caller == "lark":
+        signed = lark_support.signed_headers(raw, lark_support.KEY, _now())
+        headers |= {k.lower(): v for k, v in signed.items() if v is not None}
+    event = to_event(method, path, headers, raw, "127.0.0.1")
+    if caller in JWTS:
+        event["requestContext"]["authorizer"] = {"jwt": {"claims": JWTS[caller], "scopes": None}}
+    result = api.handler(event, LocalContext())
     text = result["body"] or "{}"
     return int(result["statusCode"]), json.loads(text) if text.startswith("{") else {"html": text}
+
+
+class Form:
+    """A non-JSON body: Slack's form post or Lark's encrypted JSON."""
+
+    def __init__(self, content_type: str, raw: bytes) -> None:
+        self.content_type, self.raw = content_type, raw
+
+
+def slack_click(world: dict[str, Any]) -> Form:
+    payload = {
+        "type": "block_actions",
+        "team": {"id": SLACK_TEAM},
+        "user": {"id": GROUPISH},
+        "actions": [{"type": "button", "action_id": "approve", "value": f"approve:{world['pending']}"}],
+    }
+    return Form("application/x-www-form-urlencoded", urlencode({"payload": json.dumps(payload)}).encode())
+
+
+def lark_click(world: dict[str, Any]) -> Form:
+    doc = lark_support.action({"decision": "approve", "pendingId": world["pending"]}, GROUPISH)
+    raw, _ = lark_support.wire(doc, signed=False)
+    return Form("application/json", raw)
 
 
 def dump(h: Harness) -> list[Any]:
@@ -100,7 +191,8 @@ def dump(h: Harness) -> list[Any]:
     return [(t, conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()) for t in tables]
 
 
-ROUTES = {
+Body = dict[str, Any] | Callable[[dict[str, Any]], Form] | None
+ROUTES: dict[str, tuple[str, str, Body]] = {
     "message_new": ("POST", "/agents/shop/messages", {"message": "hi", "tenant": "acme"}),
     "message_session": ("POST", "/agents/shop/messages", {"message": "hi", "sessionId": "{session}"}),
     "resolve": ("POST", "/pending-approvals/{pending}/resolve", {"decision": "approve"}),
@@ -110,6 +202,9 @@ ROUTES = {
     "cancel": ("POST", "/turns/{turn}/cancel", None),
     "session": ("GET", "/sessions/{session}", None),
     "health": ("GET", "/health", None),
+    "slack": ("POST", "/integrations/slack/interactions", slack_click),
+    "lark": ("POST", "/integrations/lark/interactions", lark_click),
+    "magic": ("GET", "/magic/{token}", None),
 }
 #                 none operator tenant_a tenant_b approver magic_other
 EXPECTED = {
@@ -123,6 +218,36 @@ EXPECTED = {
     "session": (401, 200, 200, 404, 200, 401),
     "health": (200, 200, 200, 200, 200, 200),
 }
+LIKE = {
+    "jwt_a": "tenant_a",
+    "jwt_b": "tenant_b",
+    "jwt_approver": "approver",
+    "jwt_lists": "approver",
+    "jwt_group_sub": "tenant_a",  # jwt:<iss>/group:refund-managers is no group
+}
+REFUSED_TOKENS = ("jwt_no_tenant", "jwt_other_claim", "jwt_no_scope")  # 403 on every authenticated route
+OWN_ROUTE = {"slack": "slack", "lark": "lark"}
+"""A signed Slack or Lark request is a credential on its own route only (401 elsewhere)."""
+NAMED_LIKE_THE_GROUP = {"slack": 200, "lark": 200, "magic": 403}
+"""On its own route, a decider named ``group:refund-managers`` is not the group: Slack and Lark answer
+their clicker privately (200, nothing decided), the magic-link page refuses (403)."""
+
+
+def expected(route: str, caller: str) -> int:
+    if route in ("slack", "lark"):
+        return NAMED_LIKE_THE_GROUP[route] if OWN_ROUTE.get(caller) == route else 401
+    if route == "magic":  # the token is the credential, whoever sends it
+        return NAMED_LIKE_THE_GROUP["magic"]
+    if route == "health":
+        return 200
+    if caller in REFUSED_TOKENS:
+        return 403
+    if caller in OWN_ROUTE:
+        return 401
+    base = ["none", *BASIC, "magic_other"]
+    return EXPECTED[route][base.index(LIKE.get(caller, caller))]
+
+
 CASES = [(route, caller) for route in ROUTES for caller in CALLERS]
 
 
@@ -130,16 +255,18 @@ CASES = [(route, caller) for route in ROUTES for caller in CALLERS]
 def test_the_authorization_matrix(world: dict[str, Any], route: str, caller: str) -> None:
     method, path, body = ROUTES[route]
     path = path.format(**world)
-    if body is not None:
+    if callable(body):
+        body = body(world)
+    elif body is not None:
         body = {k: (v.format(**world) if isinstance(v, str) else v) for k, v in body.items()}
-    expected = EXPECTED[route][list(CALLERS).index(caller)]
     before = dump(world["h"])
 
     status, reply = request(method, path, body, caller)
 
-    assert status == expected, reply
-    if status >= 400:
+    assert status == expected(route, caller), reply
+    if status >= 400 and "html" not in reply:  # the magic-link pages answer in HTML
         assert set(reply) >= {"error", "message"}
+    if status >= 400 or route in NAMED_LIKE_THE_GROUP:
         assert dump(world["h"]) == before, "a refused request changed the store"
         assert world["calls"].count("refund") == 0
 
@@ -168,15 +295,16 @@ def test_the_pending_list_shows_each_caller_only_their_tenants(world: dict[str, 
         return [i["pendingId"] for i in body["items"]]
 
     assert ids("tenant_a") == ids("approver") == ids("operator", "?tenant=acme") == [world["pending"]]
-    assert ids("tenant_b") == []
+    assert ids("jwt_a") == ids("jwt_lists") == [world["pending"]]
+    assert ids("tenant_b") == ids("jwt_b") == []
     assert ids("operator") == []  # the operator names a tenant; without one, the default tenant
 
 
 def test_a_scoped_caller_who_names_no_tenant_gets_theirs(world: dict[str, Any]) -> None:
-    status, body = request("POST", "/agents/shop/messages", {"message": "small refund"}, "tenant_b")
-    assert status == 202, body
-    turn = world["h"].engine.turn(body["turnId"])
-    assert turn.tenant == "globex"
+    for caller in ("tenant_b", "jwt_b"):
+        status, body = request("POST", "/agents/shop/messages", {"message": "small refund"}, caller)
+        assert status == 202, body
+        assert world["h"].engine.turn(body["turnId"]).tenant == "globex"
 
 
 def test_an_edit_cannot_move_a_call_past_its_approvers(world: dict[str, Any]) -> None:
@@ -187,28 +315,47 @@ def test_an_edit_cannot_move_a_call_past_its_approvers(world: dict[str, Any]) ->
     before = dump(h)
     edit = {"decision": "approve", "editedArgs": {"amount": 9000}}
 
-    status, reply = request("POST", f"/pending-approvals/{pending}/resolve", edit, "tenant_a")
-
-    assert status == 403 and reply["error"] == "forbidden", reply
+    for caller in ("tenant_a", "jwt_a", "jwt_group_sub"):
+        status, reply = request("POST", f"/pending-approvals/{pending}/resolve", edit, caller)
+        assert status == 403 and reply["error"] == "forbidden", reply
     assert dump(h) == before and world["calls"].count("refund") == 0
-    status, reply = request("POST", f"/pending-approvals/{pending}/resolve", edit, "approver")
+    status, reply = request("POST", f"/pending-approvals/{pending}/resolve", edit, "jwt_approver")
     assert status == 202, reply
     assert world["calls"].log == [("refund", {"amount": 9000})]
 
 
-def test_a_jwt_whose_sub_is_a_group_name_is_not_that_group(world: dict[str, Any]) -> None:
-    def as_jwt(claims: dict[str, Any]) -> int:
-        event = to_event(
-            "POST", f"/pending-approvals/{world['pending']}/resolve", {}, b'{"decision": "approve"}', "::1"
-        )
-        event["requestContext"]["authorizer"] = {"jwt": {"claims": claims, "scopes": None}}
-        return int(api.handler(event, LocalContext())["statusCode"])
-
-    assert as_jwt({"sub": "refund-managers", "tenant": "acme"}) == 403
-    assert as_jwt({"sub": "eve", "tenant": "acme", "cognito:groups": "[support]"}) == 403
-    assert as_jwt({"sub": "carol", "tenant": "globex", "cognito:groups": "[refund-managers]"}) == 404
-    assert world["calls"].count("refund") == 0
-    assert as_jwt({"sub": "carol", "tenant": "acme", "cognito:groups": "[refund-managers]"}) == 202
+def test_the_approver_token_decides_and_the_turn_finishes(world: dict[str, Any]) -> None:
+    status, reply = request(
+        "POST", f"/pending-approvals/{world['pending']}/resolve", {"decision": "approve"}, "jwt_lists"
+    )
+    assert status == 202, reply
     assert world["calls"].count("refund") == 1
     history = world["h"].rt.stores.sessions.load(world["session"])
     assert isinstance(history[-1], Message) and history[-1].text == "done"
+    [decided] = [e for e in world["h"].engine.audit(world["turn"]) if e["type"] == "decided"]
+    assert (decided["decidedBy"], decided["channel"]) == (f"jwt:{ISSUER}/l-sub", "api")
+
+
+def test_refused_tokens_say_why(world: dict[str, Any]) -> None:
+    reasons = {
+        "jwt_no_tenant": "no custom:tenant claim",
+        "jwt_other_claim": "no custom:tenant claim",  # `tenant` is not the claim this deployment reads
+        "jwt_no_scope": f"lacks the scope(s) {SCOPE}",
+    }
+    for caller, reason in reasons.items():
+        status, reply = request("GET", f"/turns/{world['turn']}", None, caller)
+        assert (status, reply["error"]) == (403, "forbidden") and reason in reply["message"], reply
+
+
+def test_a_user_named_like_the_operator_is_a_configuration_error(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "LOOPENGINE_USERS", json.dumps([*USERS, {"user": "admin", "password": "x", "tenants": ["acme"]}])
+    )
+    before = dump(world["h"])
+    status, reply = request(
+        "POST", f"/pending-approvals/{world['pending']}/resolve", {"decision": "deny"}, "approver"
+    )
+    assert status == 500 and reply["error"] != "internal" and "operator" in reply["message"]
+    assert dump(world["h"]) == before

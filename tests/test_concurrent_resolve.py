@@ -71,7 +71,8 @@ def test_two_siblings_resolved_at_once_resume_exactly_once(attempt: int) -> None
         assert calls.count("refund") == calls.count("email") == 0  # a resolve records; the worker runs
         cp = h.rt.stores.checkpoints.find_by_pending(pids[0])
         assert cp is not None and cp.complete
-        assert sorted(d.decided_by for d in cp.decisions) == ["alice@example.com", "bob@example.com"]
+        deciders = sorted(d.decided_by for d in cp.decisions)
+        assert deciders == ["user:alice@example.com", "user:bob@example.com"]
         assert [r.tool_use_id for r in cp.results_so_far] == ["t1"]
         assert sorted(i.tool_use_id for i in cp.approved.values()) == ["t2", "t3"]
         # exactly one of the two handed the turn on

@@ -158,14 +158,18 @@ def test_a_click_from_the_configured_workspace_decides(
     assert status == 200 and body["text"].startswith("Denied"), body
 
 
-def test_without_a_configured_workspace_any_signed_click_decides(
+def test_without_a_configured_workspace_every_signed_click_is_403(
     engine: Engine, slack_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # fail closed: with LOOPENGINE_SLACK_TEAM_ID unset, no workspace may decide
     monkeypatch.delenv(slack_handler.TEAM_ENV, raising=False)
     _, paused = http(api.handler, load_event("post_message"))
     pending = paused["pendingItems"][0]["pendingId"]
-    status, body = http(api.handler, slack_click(f"deny:{pending}", "T0ANY"))
-    assert status == 200 and body["text"].startswith("Denied"), body
+    for team in ("T0ANY", "T00000000", None):
+        status, body = http(api.handler, slack_click(f"deny:{pending}", team))
+        assert (status, body["error"]) == (403, "forbidden"), body
+    cp = engine.rt.stores.checkpoints.find_by_pending(pending)
+    assert cp is not None and pending in cp.outstanding and not cp.decisions
 
 
 # -- handler logs hold no token and no password ---------------------------------------------------

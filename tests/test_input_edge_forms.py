@@ -34,12 +34,14 @@ MAGIC_SECRET = "edge-magic-secret-0123456789"
 SLACK_SECRET = "edge-slack-secret-0123456789abcd"
 REVIEWER = "reviewer@example.com"
 SLACK_USER = "U0ALICE"
+SLACK_TEAM = "T0EDGE"
 
 
 @pytest.fixture
 def edge(tmp_path: Path, handler_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Edge]:
     monkeypatch.setenv(MAGIC_SECRET_ENV, MAGIC_SECRET)
     monkeypatch.setenv(slack_handler.SECRET_ENV, SLACK_SECRET)
+    monkeypatch.setenv(slack_handler.TEAM_ENV, SLACK_TEAM)
     with installed("sqlite", tmp_path) as made:
         yield made
 
@@ -121,7 +123,8 @@ def slack_event(edge: Edge, body: bytes, b64: bool = False) -> dict[str, Any]:
 def click_json(pending_id: str, extra: str = "") -> str:
     user = json.dumps({"id": SLACK_USER, "username": "alice"})
     actions = json.dumps([{"type": "button", "action_id": "approve", "value": f"approve:{pending_id}"}])
-    return f'{{"type": "block_actions", "user": {user}, "actions": {actions}{extra}}}'
+    team = json.dumps({"id": SLACK_TEAM})
+    return f'{{"type": "block_actions", "user": {user}, "team": {team}, "actions": {actions}{extra}}}'
 
 
 def test_slack_refuses_bad_payloads_and_decides_nothing(edge: Edge) -> None:

@@ -4,7 +4,7 @@ The chat runs on a real pseudo-terminal (tests/pty_support.py): typed lines, Ctr
 terminal sends it. GIVEN the bundled customer-service agent (offline scripted model), WHEN a
 person approves the refund inline and walks away from the confirmation email, THEN the email waits
 in ``GET /pending-approvals`` and an ordinary HTTP resolve finishes the turn; the inline decision
-is recorded with channel ``live``.
+is recorded with the label ``live`` the chat declares (``declaredChannel``) beside the server's channel.
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ def test_chat_approves_inline_then_walks_away_and_the_item_waits_for_http(server
     assert status == 200 and body["stopReason"] == "end_turn" and "100.00 USD" in body["text"]
     _, turn = request(server.port, "GET", f"/turns/{turn_id}")
     decided = [e for e in turn["audit"] if e["type"] == "decided"]
-    assert [(d["channel"], d["edited"]) for d in decided] == [("live", True), ("api", False)]
+    labels = [(d["channel"], d.get("declaredChannel"), d["edited"]) for d in decided]
+    assert labels == [("api", "live", True), ("api", None, False)]
 
 
 def test_chat_answers_a_question_denies_with_a_comment_and_leaves_on_ctrl_d(server: DevProcess) -> None:

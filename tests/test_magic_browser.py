@@ -160,7 +160,7 @@ def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: 
     assert turn, request(server.port, "GET", f"/turns/{turn_id}")
     assert "100.00" in turn["pendingItems"][0]["args"]["body"]
     [decision] = [e for e in turn["audit"] if e["type"] == "decided"]
-    assert decision["decidedBy"] == REVIEWER and decision["channel"] == "magic-link"
+    assert decision["decidedBy"] == f"email:{REVIEWER}" and decision["channel"] == "magic-link"
     assert decision["decision"] == "approve" and decision["edited"] is True
     status, session = request(server.port, "GET", f"/sessions/{paused['sessionId']}")
     assert status == 200

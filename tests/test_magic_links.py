@@ -400,12 +400,12 @@ def test_approve_unchanged_resumes_and_records_the_recipient(cs: Engine) -> None
     out = cs.outcome(turn_id)
     assert out.status is TurnStatus.PAUSED and [p.tool for p in out.pending] == ["send_email"]
     [event] = decided(cs, turn_id)
-    assert event["decidedBy"] == REVIEWER and event["channel"] == "magic-link"
+    assert event["decidedBy"] == f"email:{REVIEWER}" and event["channel"] == "magic-link"
     assert event["decision"] == "approve" and event["edited"] is False
     cp = cs.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
     [record] = [d for d in cp.decisions if d.pending_id == pending]
-    assert record.decided_by == REVIEWER and record.channel == "magic-link"
+    assert record.decided_by == f"email:{REVIEWER}" and record.channel == "magic-link"
     assert record.edited_args is None
 
 
@@ -440,7 +440,7 @@ def test_deny_with_a_comment(cs: Engine) -> None:
     assert refund_runs(cs, turn_id) == []
     [event] = decided(cs, turn_id)
     assert event["decision"] == "deny" and event["comment"] == "Too much: offer a voucher.\nThanks"
-    assert event["decidedBy"] == REVIEWER and event["channel"] == "magic-link"
+    assert event["decidedBy"] == f"email:{REVIEWER}" and event["channel"] == "magic-link"
 
 
 def test_edited_amount_runs_with_the_edit(cs: Engine) -> None:
@@ -570,7 +570,7 @@ def test_already_resolved_elsewhere_says_who(cs: Engine) -> None:
     assert status == 202
     for page in (get_page(token), post_page(token, stale_form)):
         assert page.status == 200 and page.state == "already-resolved"
-        assert "already resolved: approved by admin via api" in page.html.lower()
+        assert "already resolved: approved by user:admin via api" in page.html.lower()
     assert len(decided(cs, paused["turnId"])) == 1  # the late deny decided nothing
 
 
@@ -808,7 +808,7 @@ def test_model_and_recipient_content_is_escaped_everywhere(build: Build) -> None
     result = post_page(token, page.submit("approve", comment=evil))
     assert result.state == "approved"
     assert_html(result)
-    assert decided(h.engine, turn_id)[0]["decidedBy"] == recipient
+    assert decided(h.engine, turn_id)[0]["decidedBy"] == f"email:{recipient}"
     late = get_page(token)  # the closed page names the decider, escaped
     assert late.state == "already-resolved"
     assert_html(late)
@@ -831,7 +831,7 @@ def test_pending_question_is_answered_through_the_link(build: Build) -> None:
     done = post_page(token, {"choice": "replacement", "answer": ""})
     assert done.state == "answered", done.html
     [event] = decided(h.engine, out.turn_id)
-    assert event["decision"] == "answer" and event["decidedBy"] == REVIEWER
+    assert event["decision"] == "answer" and event["decidedBy"] == f"email:{REVIEWER}"
     assert event["channel"] == "magic-link"
     assert h.engine.turn(out.turn_id).stop_reason is StopReason.END_TURN
     assert get_page(token).state == "already-resolved"
@@ -847,7 +847,7 @@ def test_a_recipient_who_is_not_an_approver_gets_403(build: Build) -> None:
     assert calls.log == [] and is_open(h.engine, item.pending_id)
     alice = harness_token(h, item.pending_id, "alice@example.com")
     assert post_page(alice, get_page(alice).submit("approve")).state == "approved"
-    assert decided(h.engine, turn_id)[0]["decidedBy"] == "alice@example.com"
+    assert decided(h.engine, turn_id)[0]["decidedBy"] == "email:alice@example.com"
 
 
 def test_an_expired_item_says_expired_and_get_still_changes_nothing(build: Build) -> None:

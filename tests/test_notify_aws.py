@@ -650,7 +650,7 @@ def test_a_paused_approval_is_emailed_and_its_magic_link_decides_it(
     assert done.state == "approved", done.html
     assert calls.log == [("issue_refund", REFUND_ARGS)]
     [decided] = audit(engine, out.turn_id, "decided")
-    assert decided["decidedBy"] == BOB and decided["channel"] == "magic-link"
+    assert decided["decidedBy"] == f"email:{BOB}" and decided["channel"] == "magic-link"
     turn = engine.turn(out.turn_id)
     assert turn.status is TurnStatus.FINISHED and turn.text == "Refund issued."
     finished = sent_emails()[2:]

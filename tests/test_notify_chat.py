@@ -30,6 +30,7 @@ from loopengine.channels.lark.send import LarkNotifier, sign
 from loopengine.channels.magic import token as magic
 from loopengine.channels.slack.interact import parse_button_value, parse_interaction, sign_slack
 from loopengine.channels.slack.send import SlackNotifier
+from loopengine.channels.slack.values import MAX_OPTIONS, ButtonValue, parse_value
 from loopengine.domain.clock import FakeClock
 from loopengine.domain.errors import ConfigError, DeliveryError
 from loopengine.domain.turns import StopReason, TurnStatus
@@ -40,6 +41,7 @@ from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body
 from tests.harness import Calls, agent, make_harness
 from tests.scenario import close
+from tests.slack_support import SlackApi
 
 TOKEN = "xoxb-1111-2222-s3cr3tb0tT0k3n"
 HOOK_PATH = "/open-apis/bot/v2/hook/h00kt0k3n-5ecret"
@@ -228,15 +230,48 @@ def test_slack_approval_is_a_chat_post_message_with_the_buttons_the_route_reads(
     assert "<!channel>" not in text and "<!here>" not in text and "&lt;!channel&gt;" in text
 
 
-def test_slack_question_lists_the_options_and_says_where_to_answer(slack_api: Stub) -> None:
+def test_slack_question_has_a_button_per_option_and_one_to_type_an_answer(slack_api: Stub) -> None:
     slack_notifier(slack_api).send(Notification("question", QUESTION))
     [request] = slack_api.requests
     body = request.body
     assert body["text"] == "Question: Refund or replace?"
-    assert buttons(body["blocks"]) == []  # a free-text answer cannot come back through a button
+    refund, replace, typed = buttons(body["blocks"])
+    # a button names its option by number; the route answers with the pending item's text for it
+    assert [b["text"] for b in (refund, replace, typed)] == [
+        {"type": "plain_text", "text": "refund"},
+        {"type": "plain_text", "text": "replace <b>"},  # plain_text: shown as written, never markup
+        {"type": "plain_text", "text": "Type an answer"},
+    ]
+    assert [parse_value(b["value"]) for b in (refund, replace, typed)] == [
+        ButtonValue("answer", PENDING, 0),
+        ButtonValue("answer", PENDING, 1),
+        ButtonValue("text", PENDING),
+    ]
     text = json.dumps(body["blocks"], ensure_ascii=False)
-    assert "Refund or replace?" in text and "• refund" in text and "replace &lt;b&gt;" in text
-    assert QUESTION["resolveUrl"] in text and "Answer in the app" in text and PENDING in text
+    assert "Refund or replace?" in text and QUESTION["resolveUrl"] in text and PENDING in text
+
+
+def test_slack_question_with_too_many_options_lists_them(slack_api: Stub) -> None:
+    many = [f"option {i} <!here>" for i in range(MAX_OPTIONS + 1)]
+    slack_notifier(slack_api).send(Notification("question", {**QUESTION, "options": many}))
+    body = slack_api.requests[0].body
+    [typed] = buttons(body["blocks"])
+    assert parse_value(typed["value"]) == ButtonValue("text", PENDING)
+    text = json.dumps(body["blocks"], ensure_ascii=False)
+    assert "• option 20 &lt;!here&gt;" in text and "<!here>" not in text
+
+
+def test_slack_messages_keep_to_slacks_documented_limits(tmp_path: Path) -> None:
+    # the stand-in refuses what Slack documents it would refuse (block and element limits, auth)
+    huge = {**APPROVAL, "args": {"note": "x" * 10_000}, "reason": "r" * 5000}
+    long_options = {**QUESTION, "question": "q" * 5000, "options": ["o" * 500, "p" * 2000]}
+    with SlackApi(TOKEN) as api:
+        notifier = SlackNotifier("C0OPS", TOKEN, api_base=api.base)
+        for event, payload in [("approval", huge), ("question", long_options), ("question", QUESTION)]:
+            notifier.send(Notification(event, payload))
+        assert api.refused == [] and len(api.calls("chat.postMessage")) == 3
+        with pytest.raises(DeliveryError, match="invalid_auth"):
+            SlackNotifier("C0OPS", "xoxb-wrong", api_base=api.base).send(Notification("question", QUESTION))
 
 
 @pytest.mark.parametrize(
@@ -530,6 +565,7 @@ def signed_click(button: dict[str, Any], block_id: str, user: str, now: int) -> 
 @pytest.fixture
 def slack_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(slack_handler.SECRET_ENV, SIGNING_SECRET)
+    monkeypatch.setenv(slack_handler.TEAM_ENV, "T00000000")  # the workspace of the sample event
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "loopengine-test")
     yield
@@ -578,7 +614,7 @@ def test_an_approval_posted_to_slack_is_resolved_by_its_approve_button(
         [decided] = [e for e in h.rt.stores.turns.events(out.turn_id) if e["type"] == "decided"]
         assert (decided["pendingId"], decided["decidedBy"], decided["channel"]) == (
             item.pending_id,
-            "U0ALICE",
+            "slack:U0ALICE",
             "slack",
         )
         # AND the finish went to the channel too (run_start was not asked for)

@@ -104,7 +104,7 @@ def test_a_worker_resolves_what_it_pops_and_the_turn_finishes(stack: Stack) -> N
     status, seen = request(stack.dev.port, "GET", f"/turns/{turn['turnId']}")
     assert status == 200 and (seen["status"], seen["stopReason"]) == ("finished", "end_turn")
     decided = [e for e in seen["audit"] if e["type"] == "decided"]
-    assert [d["decidedBy"] for d in decided] == ["admin", "admin"]
+    assert [d["decidedBy"] for d in decided] == ["user:admin", "user:admin"]
     assert consume_once(queue, api, approve, timeout=0.2) is None  # nothing left
 
 

@@ -14,11 +14,7 @@ import hashlib
 import hmac
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -52,6 +48,7 @@ from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import PLACEHOLDER_PENDING, InstallRoot, load_event, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent
+from tests.slack_support import REPLY_PATH, Posted, ResponseUrls
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documentation example shape
 T0 = 1_531_420_618
@@ -260,68 +257,6 @@ def test_property_anything_malformed_is_invalid_input(body: bytes) -> None:
 
 # -- Slack's response_url, played by a local receiver -----------------------------------------
 
-REPLY_PATH = "/actions/T0/1/s3cr3tT0k3n"  # a response_url's path is its credential
-
-
-@dataclass(frozen=True)
-class Posted:
-    """One POST the receiver got."""
-
-    path: str
-    content_type: str
-    message: dict[str, Any]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a request still sleeping (the timeout test) never blocks close()
-    receiver: ResponseUrls
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet."""
-
-    def do_POST(self) -> None:
-        rx = self.server.receiver
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        rx.posted.append(Posted(self.path, self.headers.get("Content-Type", ""), json.loads(body)))
-        time.sleep(rx.delay)  # recorded first, so a late answer never lands in the next test
-        self.send_response(rx.status)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(rx.answer)))
-        self.end_headers()
-        self.wfile.write(rx.answer)
-
-
-class ResponseUrls:
-    """Slack's response_url endpoint on 127.0.0.1: records every POST, answers ``status`` ``answer``."""
-
-    def __init__(self) -> None:
-        self.posted: list[Posted] = []
-        self.status, self.answer, self.delay = 200, b"ok", 0.0
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.receiver = self
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{REPLY_PATH}"
-
-    def reset(self) -> None:
-        self.posted.clear()
-        self.status, self.answer, self.delay = 200, b"ok", 0.0
-
-    def __enter__(self) -> ResponseUrls:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 RESPONSE_URL: str | None = None
 """The response_url clicks carry by default: the receiver's, set for every test below."""
 
@@ -435,9 +370,14 @@ def test_post_reply_over_real_http_failures() -> None:
 # -- the route: customer-service through the api handler ------------------------------------
 
 
+TEAM = "T00000000"
+"""The workspace of events/slack_interaction.json, the one the route is configured for below."""
+
+
 @pytest.fixture(autouse=True)
 def fresh_secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(slack_handler.SECRET_ENV, SECRET)
+    monkeypatch.setenv(slack_handler.TEAM_ENV, TEAM)
     yield
 
 
@@ -517,11 +457,11 @@ def test_approve_resolves_and_the_turn_resumes(engine: Engine) -> None:
     assert [c.tool for c in calls if c.tool == "issue_refund" and c.result] == ["issue_refund"]
     # AND the decision records the Slack user and channel, in the audit and the checkpoint
     [event] = decided(engine, turn_id)
-    assert (event["decidedBy"], event["channel"], event["decision"]) == (ALICE, "slack", "approve")
+    assert (event["decidedBy"], event["channel"], event["decision"]) == (f"slack:{ALICE}", "slack", "approve")
     cp = engine.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
     [record] = [d for d in cp.decisions if d.pending_id == pending]
-    assert (record.decided_by, record.channel) == (ALICE, "slack")
+    assert (record.decided_by, record.channel) == (f"slack:{ALICE}", "slack")
     # AND the resume continued the turn (it chained to the refund email)
     assert engine.outcome(turn_id).pending[0].tool == "send_email"
 
@@ -546,7 +486,7 @@ def test_deny_finishes_the_turn_denied(engine: Engine) -> None:
     turn = engine.turn(turn_id)
     assert turn.status is TurnStatus.FINISHED and turn.stop_reason is StopReason.DENIED
     [event] = decided(engine, turn_id)
-    assert (event["decidedBy"], event["channel"], event["decision"]) == (BOB, "slack", "deny")
+    assert (event["decidedBy"], event["channel"], event["decision"]) == (f"slack:{BOB}", "slack", "deny")
     assert not [c for c in engine.rt.stores.turns.calls(turn_id).values() if c.tool == "issue_refund"]
 
 
@@ -755,7 +695,7 @@ def test_a_failing_response_url_still_answers_200_and_the_decision_stands(
     # THEN Slack still gets its 200 with the reply, and the approval was decided and handed on
     assert (status, body) == (200, replaced(f"Approved by <@{ALICE}>"))
     [event] = decided(engine, turn_id)
-    assert (event["decidedBy"], event["channel"], event["decision"]) == (ALICE, "slack", "approve")
+    assert (event["decidedBy"], event["channel"], event["decision"]) == (f"slack:{ALICE}", "slack", "approve")
     assert isinstance(engine.rt.invoker, RecordingInvoker) and engine.rt.invoker.invoked == [turn_id]
     # AND where the receiver was reached, it was sent the reply
     reached = failure not in ("refused", "not https")

@@ -185,7 +185,9 @@ def test_live_channel_header_is_recorded_with_the_decision(install_harness: Buil
     live = {**event, "headers": {**event["headers"], "x-loopengine-channel": "live"}}
     assert call_handler(api.handler, live)[0] in (200, 202)
     decided = [e for e in h.engine.audit(out.turn_id) if e["type"] == "decided"]
-    assert decided[0]["channel"] == "live" and decided[0]["decidedBy"] == "admin"
+    # the channel is the server's (the API route); the client's label is kept beside it, trusted for nothing
+    assert (decided[0]["channel"], decided[0]["declaredChannel"]) == ("api", "live")
+    assert decided[0]["decidedBy"] == "user:admin"
 
 
 @pytest.mark.parametrize("live", ["yes", 1, None])

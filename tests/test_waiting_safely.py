@@ -37,8 +37,14 @@ Reply = tuple[int, dict[str, Any]]
 
 
 @pytest.fixture
-def build(install_harness: Build) -> Build:
-    """Build a harness on SQLite in tmp_path and install its engine for the handlers."""
+def build(install_harness: Build, monkeypatch: pytest.MonkeyPatch) -> Build:
+    """Build a harness on SQLite in tmp_path and install its engine for the handlers.
+
+    The JWT callers here are users of the default tenant: the deployment maps a token's ``sub`` to
+    ``user:<sub>`` and places tokens without a tenant claim in the default tenant.
+    """
+    monkeypatch.setenv("LOOPENGINE_JWT_IDENTITY", "user")
+    monkeypatch.setenv("LOOPENGINE_JWT_DEFAULT_TENANT", "-")
     return install_harness
 
 
@@ -181,7 +187,7 @@ def test_a_new_message_supersedes_the_wait(build: Build) -> None:
     assert abandoned["status"] not in ("denied", "error", "skipped")
     assert calls.count("gated") == 0
     stops = events(h, old, "stop_requested")
-    assert [(e["reason"], e["decidedBy"]) for e in stops] == [("superseded", "admin")]
+    assert [(e["reason"], e["decidedBy"]) for e in stops] == [("superseded", "user:admin")]
     # AND the new turn ran on a valid history, its request joining the two user messages
     msgs = assert_valid(h, sid)
     assert [m.role for m in msgs] == ["user", "assistant", "user", "user", "assistant"]
@@ -631,7 +637,7 @@ def test_only_a_named_approver_may_decide(build: Build) -> None:
     # THEN it is accepted and the audit says alice decided
     assert status == 202 and body["status"] == "resuming"
     [decided] = events(h, turn_id, "decided")
-    assert decided["decidedBy"] == "user:alice" and decided["channel"] == "api-jwt"
+    assert decided["decidedBy"] == "user:alice" and decided["channel"] == "api"
     assert calls.count("gated") == 1
     assert h.engine.turn(turn_id).stop_reason is StopReason.END_TURN
 
@@ -701,7 +707,7 @@ def test_a_turn_scoped_approval_covers_the_rest_of_the_turn_only(build: Build) -
     assert record.stop_reason is StopReason.END_TURN and record.text == "both done"
     assert len(events(h, turn_id, "paused")) == 1
     [sticky] = events(h, turn_id, "sticky_approval")
-    assert sticky["tool"] == "gated" and sticky["scope"] == "turn" and sticky["decidedBy"] == "admin"
+    assert sticky["tool"] == "gated" and sticky["scope"] == "turn" and sticky["decidedBy"] == "user:admin"
     assert len(events(h, turn_id, "auto_approved")) == 1
     assert len(h.notifier.events("approval")) == 1
     # AND a new turn on the same session asks again
@@ -808,7 +814,7 @@ def test_the_audit_trail_of_a_pause_approve_finish(build: Build) -> None:
     finished = at("finished", max(resumed, outcome))
     assert finished == len(audit) - 1 or all(e["type"] == "notified" for e in audit[finished + 1 :])
     assert audit[notified]["channel"] == "recording"
-    assert audit[decided]["decidedBy"] == "admin" and audit[decided]["channel"] == "api"
+    assert audit[decided]["decidedBy"] == "user:admin" and audit[decided]["channel"] == "api"
     assert audit[decided]["at"] == audit[paused_at]["at"] + 60
     assert audit[outcome]["tool"] == "gated" and audit[outcome]["outcome"] == "ok"
     assert audit[finished]["stopReason"] == "end_turn"

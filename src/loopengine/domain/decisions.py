@@ -31,14 +31,22 @@ POLICY = "policy"
 
 @dataclass(frozen=True)
 class DecidedBy:
-    """Who decided, and through which channel (the server's word for it, never the client's)."""
+    """Who decided, and through which channel (the server's word for it, never the client's).
+
+    ``declared_channel`` is a label the client gave itself (``X-Loopengine-Channel``), kept beside
+    the channel for the audit trail only.
+    """
 
     identity: str
     channel: str | None = None
+    declared_channel: str | None = None
 
     def fields(self) -> JsonDict:
-        """The audit-event fields (``decidedBy``, ``channel``)."""
-        return {"decidedBy": self.identity, "channel": self.channel}
+        """The audit-event fields (``decidedBy``, ``channel``, and ``declaredChannel`` when declared)."""
+        found: JsonDict = {"decidedBy": self.identity, "channel": self.channel}
+        if self.declared_channel is not None:
+            found["declaredChannel"] = self.declared_channel
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)

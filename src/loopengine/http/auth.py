@@ -4,17 +4,24 @@ Public routes are an explicit list (:data:`PUBLIC`): ``/health``, and the magic-
 Lark routes, each authenticated by its own signature or token. Every other request needs a
 principal (:class:`~loopengine.domain.principals.Principal`), else 401. Sources, first match wins:
 
-- the JWT authorizer's claims (AWS): ``sub`` -> ``user:<sub>``; tenants from the claim named by
-  ``LOOPENGINE_JWT_TENANT_CLAIM`` (default ``tenant``; none -> the default tenant only); groups
-  from ``LOOPENGINE_JWT_GROUPS_CLAIM`` (default ``cognito:groups``) -> ``group:<name>``;
-- HTTP Basic ``LOOPENGINE_ADMIN_AUTH`` (``user:password``): the operator, every tenant;
+- the JWT authorizer's claims (AWS), read by :mod:`loopengine.http.jwt_claims`: ``jwt:<iss>/<sub>``
+  (or, where the deployment maps tokens to users, ``user:<claim>``); tenants from a claim (a token
+  without it is refused unless a default tenant is set); required scopes; groups;
+- HTTP Basic ``LOOPENGINE_ADMIN_AUTH`` (``user:password``): the operator ``user:<user>``, every
+  tenant;
 - HTTP Basic users of ``LOOPENGINE_USERS`` (JSON list of ``{"user", "password", "tenants",
-  "groups"}``), each scoped to their tenants;
+  "groups"}``): ``user:<user>``, each scoped to their tenants (a user named like the operator is a
+  configuration error: one name, one identity);
 - with none configured, a local server started with anonymous access (``loopengine dev``) lets
   calls through as an anonymous operator.
 
-A request may name the channel it decides through in ``X-Loopengine-Channel`` (only ``live``, the
-inline decisions of ``loopengine chat``); the audit trail records it with each decision.
+Identities are built from their source's kind and the value as text
+(:func:`~loopengine.domain.principals.typed`), never parsed out of it.
+
+**The channel** a decision is recorded with is the server's: ``inbox`` for the inbox's routes,
+``api`` for the rest. A request may add a label for itself in ``X-Loopengine-Channel`` (only
+``live``, the inline decisions of ``loopengine chat``; anything else is 400); the audit trail keeps
+it beside the channel as ``declaredChannel`` and nothing trusts it.
 
 Credentials are read per request through :func:`loopengine.http.secrets.environ` (in AWS from Secrets
 Manager, cached). Passwords are compared in constant time, and every configured user is compared,
@@ -38,8 +45,8 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from loopengine.domain.errors import ConfigError
-from loopengine.domain.principals import OPERATOR, Principal
-from loopengine.http import secrets
+from loopengine.domain.principals import OPERATOR, Principal, typed
+from loopengine.http import jwt_claims, secrets
 from loopengine.http.web import HttpError
 
 PUBLIC_EXACT = ("/health",)
@@ -48,12 +55,19 @@ PUBLIC = (*PUBLIC_EXACT, *(p + "*" for p in PUBLIC_PREFIXES))
 """Routes that take no Basic or JWT credentials (each checks its own signature or token)."""
 CHANNEL_HEADER = "x-loopengine-channel"
 CHANNELS = ("live",)
-"""Channels a caller may name for its decisions (the principal's own channel otherwise)."""
+"""Labels a caller may declare in ``X-Loopengine-Channel`` (recorded as ``declaredChannel``)."""
+API, INBOX = "api", "inbox"
+"""The channels the server records for its authenticated routes."""
 
 
 def is_public(path: str) -> bool:
     """Whether ``path`` is on the public list."""
     return path in PUBLIC_EXACT or any(path.startswith(p) for p in PUBLIC_PREFIXES)
+
+
+def route_channel(path: str) -> str:
+    """The channel of a decision made through ``path``: ``inbox`` for the inbox's routes, else ``api``."""
+    return INBOX if path == "/inbox" or path.startswith("/inbox/") else API
 
 
 def middleware(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Response[str]:
@@ -66,17 +80,15 @@ def middleware(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> 
 
 
 def with_channel(who: Principal, event: APIGatewayProxyEventV2) -> Principal:
-    """``who`` deciding through the channel its request names in ``X-Loopengine-Channel``.
+    """``who`` deciding through the channel of the request's route, with the label it declared.
 
-    Only :data:`CHANNELS` may be named (400 otherwise); the channel is what the audit trail
-    records with each decision (``live``: decided inline in ``loopengine chat``).
+    The channel is the server's (:func:`route_channel`). ``X-Loopengine-Channel`` may declare one
+    of :data:`CHANNELS` (400 otherwise), recorded beside the channel, never instead of it.
     """
-    named = (event.headers or {}).get(CHANNEL_HEADER)
-    if named is None:
-        return who
-    if named not in CHANNELS:
+    declared = (event.headers or {}).get(CHANNEL_HEADER)
+    if declared is not None and declared not in CHANNELS:
         raise HttpError(400, "invalid_input", f"{CHANNEL_HEADER} must be one of: {', '.join(CHANNELS)}")
-    return dataclasses.replace(who, channel=named)
+    return dataclasses.replace(who, channel=route_channel(event.path), declared_channel=declared)
 
 
 def current(app: BaseRouter) -> Principal:
@@ -88,24 +100,26 @@ def current(app: BaseRouter) -> Principal:
 
 
 def principal(event: APIGatewayProxyEventV2, env: Mapping[str, str] | None = None) -> Principal:
-    """The principal of one request; 401 when it carries none that is valid."""
+    """The principal of one request; 401 when it carries none that is valid (403: a token refused)."""
     env = secrets.environ() if env is None else env
-    claims = _jwt_claims(event)
-    if claims.get("sub"):
-        return _from_claims(claims, env)
+    token = _jwt(event)
+    if token is not None:
+        claims, scopes = token
+        return jwt_claims.principal_from_claims(claims, scopes, jwt_claims.JwtSettings.from_env(env))
     header = (event.headers or {}).get("authorization") or ""
     admin = env.get("LOOPENGINE_ADMIN_AUTH") or ""
     users = _users(env.get("LOOPENGINE_USERS") or "")
     if not admin and not users:
         if env.get("LOOPENGINE_ALLOW_ANONYMOUS") == "1":
-            return Principal("anonymous", "api", kind=OPERATOR)
+            return Principal(typed("user", "anonymous"), API, kind=OPERATOR)
         raise HttpError(401, "unauthorized", "credentials required")
+    operator = _operator(admin, users)
     given = _basic(header)
     if given is None:
         raise HttpError(401, "unauthorized", "missing or wrong credentials")
     found: Principal | None = None
-    if admin and hmac.compare_digest(given, admin.encode()):
-        found = Principal(admin.split(":", 1)[0], "api", kind=OPERATOR)
+    if operator is not None and hmac.compare_digest(given, admin.encode()):
+        found = operator
     for secret, user in users:  # every one compared: the time does not tell which names exist
         if hmac.compare_digest(given, secret) and found is None:
             found = user
@@ -114,21 +128,17 @@ def principal(event: APIGatewayProxyEventV2, env: Mapping[str, str] | None = Non
     return found
 
 
-def _from_claims(claims: dict[str, Any], env: Mapping[str, str]) -> Principal:
-    tenant_claim = env.get("LOOPENGINE_JWT_TENANT_CLAIM") or "tenant"
-    groups_claim = env.get("LOOPENGINE_JWT_GROUPS_CLAIM") or "cognito:groups"
-    tenants = _claim_list(claims.get(tenant_claim)) or [""]
-    groups = tuple(f"group:{g}" for g in _claim_list(claims.get(groups_claim)))
-    return Principal(f"user:{claims['sub']}", "api-jwt", groups, frozenset(tenants), kind="jwt")
-
-
-def _claim_list(value: Any) -> list[str]:
-    """A claim that is a list, or (as API Gateway passes lists) a string like ``[a b]`` / ``a,b``."""
-    if isinstance(value, list):
-        return [str(v) for v in value if str(v)]
-    if isinstance(value, str):
-        return [v for v in value.strip("[]").replace(",", " ").split() if v]
-    return []
+def _operator(admin: str, users: tuple[tuple[bytes, Principal], ...]) -> Principal | None:
+    """The operator of ``LOOPENGINE_ADMIN_AUTH`` (None when unset); ConfigError for a name clash."""
+    if not admin:
+        return None
+    name = admin.split(":", 1)[0]
+    if not name:
+        raise ConfigError("LOOPENGINE_ADMIN_AUTH must be user:password with a non-empty user")
+    operator = Principal(typed("user", name), API, kind=OPERATOR)
+    if any(user.id == operator.id for _, user in users):
+        raise ConfigError("LOOPENGINE_USERS names the operator's user; each name must be one principal")
+    return operator
 
 
 @functools.lru_cache(maxsize=4)
@@ -146,9 +156,9 @@ def _users(raw: str) -> tuple[tuple[bytes, Principal], ...]:
             if not user or ":" in user or not password:
                 raise ValueError("user and password must be non-empty; user without ':'")
             tenants = frozenset(str(t) for t in entry.get("tenants") or [""])
-            named = [str(g) for g in entry.get("groups") or []]
-            groups = tuple(g if g.startswith("group:") else f"group:{g}" for g in named)
-            out.append((f"{user}:{password}".encode(), Principal(user, "api", groups, tenants, kind="user")))
+            groups = tuple(str(g) for g in entry.get("groups") or [])
+            who = Principal(typed("user", user), API, groups, tenants, kind="user")
+            out.append((f"{user}:{password}".encode(), who))
         return tuple(out)
     except (ValueError, KeyError, TypeError) as exc:
         shape = "a JSON list of {user, password, tenants, groups}"
@@ -165,9 +175,14 @@ def _basic(header: str) -> bytes | None:
         return None
 
 
-def _jwt_claims(event: APIGatewayProxyEventV2) -> dict[str, Any]:
+def _jwt(event: APIGatewayProxyEventV2) -> tuple[dict[str, Any], Any] | None:
+    """The JWT authorizer's ``(claims, scopes)``, or None when the request came without a token."""
     context: dict[str, Any] = event.raw_event.get("requestContext") or {}
     authorizer = context.get("authorizer") or {}
-    jwt = authorizer.get("jwt") or {}
-    claims = jwt.get("claims") or {}
-    return claims if isinstance(claims, dict) else {}
+    jwt = authorizer.get("jwt") if isinstance(authorizer, dict) else None
+    if not isinstance(jwt, dict):
+        return None
+    claims = jwt.get("claims")
+    if not isinstance(claims, dict) or not claims:
+        return None
+    return claims, jwt.get("scopes")

@@ -14,9 +14,9 @@ The order of checks: the raw body (413 when too large); the app id configured (4
 configured (503); signature, timestamp, decryption and token (401, nothing decided; an encrypted
 body without a configured key is 503); the URL verification is answered ``{"challenge"}`` here;
 a card action's ``header.app_id`` must be ``LOOPENGINE_LARK_APP_ID`` (403); the click must be one on
-a loopengine button (400); then it decides, as ``Decider("lark:<open_id>", "lark")``: the typed
-identity is built here, so an open_id that looks like ``group:x`` is ``lark:group:x`` and never
-a group.
+a loopengine button (400); then it decides, as ``lark:<open_id>`` via ``lark``: the typed
+identity is built here from the open_id as text (``typed("lark", open_id)``), so an open_id that
+looks like ``group:x`` is ``lark:group:x`` and never a group.
 
 **The answer** is what Lark shows, always 200 once the request is authentic (Lark turns anything
 else into an error for the clicker): ``{"toast": {"type", "content"}, "card": {"type": "raw",
@@ -44,6 +44,7 @@ from loopengine.channels.lark import cards
 from loopengine.channels.lark import receive as lark
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import Forbidden, InvalidInput
+from loopengine.domain.principals import typed
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
 
@@ -129,7 +130,7 @@ def lark_headers() -> tuple[str, str, str]:
 
 def decide(engine: Engine, action: lark.LarkAction) -> JsonDict:
     """Decide the click; the answer Lark shows (a toast, and the card's replacement when it changed)."""
-    who = Decider(action.decider, CHANNEL, kind="lark", pending_id=action.pending_id)
+    who = Decider(typed("lark", action.open_id), CHANNEL, kind="lark", pending_id=action.pending_id)
     try:
         if action.decision == cards.ANSWER:
             assert action.answer is not None  # parse_button_value guarantees it

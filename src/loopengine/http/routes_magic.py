@@ -38,6 +38,7 @@ from loopengine.channels.magic.token import (
 from loopengine.domain import errors
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
+from loopengine.domain.principals import typed
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
 
@@ -174,8 +175,11 @@ def _question(
 
 
 def _recipient(ctx: _Context) -> Decider:
-    """The link's recipient: an ``email:`` identity scoped to the one item the link was sent for."""
-    return Decider(ctx.claims.recipient, CHANNEL, kind="email", pending_id=ctx.pending_id)
+    """The link's recipient: ``email:<recipient>``, scoped to the one item the link was sent for.
+
+    The recipient is text, never parsed for a kind: one written ``group:x`` is ``email:group:x``.
+    """
+    return Decider(typed("email", ctx.claims.recipient), CHANNEL, kind="email", pending_id=ctx.pending_id)
 
 
 def _check_approver(ctx: _Context, item: PendingItem) -> None:

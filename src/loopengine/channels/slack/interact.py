@@ -1,19 +1,18 @@
-"""Slack interactivity: the approval message, its buttons, and checking a click that comes back.
+"""Slack interactivity, the receiving side: checking a request, and reading what it asks.
 
-One module for both directions, so the sender and the receiver share one definition:
+:func:`verify_slack` checks a request to ``POST /integrations/slack/interactions`` the way Slack
+signs it (see "Verifying requests from Slack"); :func:`parse_interaction` reads it:
 
-* :func:`approval_blocks` builds the Block Kit message a Slack notifier posts with
-  ``chat.postMessage``: what is asked, the arguments, and an Approve and a Deny button
-  (:mod:`loopengine.channels.slack.send` is that notifier). :func:`question_blocks` is the message
-  for a question: no buttons, since a free-text answer cannot come back through one.
-* :func:`verify_slack` checks a request to ``POST /integrations/slack/interactions`` the way Slack
-  signs it (see "Verifying requests from Slack"); :func:`parse_interaction` reads the click.
+* a ``block_actions`` click on one of loopengine's buttons (:class:`SlackAction`): the button's
+  value (:mod:`loopengine.channels.slack.values`) says what it asks for (approve, deny, answer with
+  option ``n``, open the answer modal), the payload who clicked, in which workspace, and the
+  ``response_url`` / ``trigger_id`` to answer through;
+* a ``view_submission`` of loopengine's answer modal (:class:`SlackSubmission`): the typed answer,
+  and the pendingId the modal was opened for (its ``private_metadata``).
 
-**The button convention.** Each button's ``value`` is ``"<decision>:<pendingId>"``, so
-``"approve:pnd_…"`` or ``"deny:pnd_…"`` (:func:`button_value`). The value alone says what to do;
-``action_id`` (``approve`` / ``deny``) only keeps the two buttons apart, as Slack requires, and
-``block_id`` is informational. Nothing else is trusted from the payload except the clicking user's
-id, which Slack vouches for through the signature.
+Nothing else is trusted from the payload except the clicking user's id and workspace, which Slack
+vouches for through the signature. The messages and the modal are
+:mod:`loopengine.channels.slack.blocks`' (re-exported here under their old names).
 
 **The signature.** Slack sends ``X-Slack-Request-Timestamp: <unix seconds>`` and
 ``X-Slack-Signature: v0=<hex HMAC-SHA256(signing secret, "v0:<timestamp>:<raw body>")>``. The MAC
@@ -28,20 +27,65 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
 from loopengine.channels.signing import RejectReason, WebhookVerificationError
+from loopengine.channels.slack.blocks import (
+    ANSWER_ACTION,
+    ANSWER_BLOCK,
+    MODAL_CALLBACK,
+    JsonDict,
+    approval_blocks,
+    ephemeral_message,
+    escape,
+    fate_text,
+    question_blocks,
+    replace_message,
+    who_text,
+)
+from loopengine.channels.slack.values import (
+    APPROVE,
+    DENY,
+    PENDING_ID,
+    TEXT,
+    Verb,
+    parse_value,
+)
+from loopengine.channels.slack.values import button_value as make_value
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import InvalidInput
-from loopengine.domain.fate import Fate, FateState
 from loopengine.domain.jsonsafe import BadJson, parse_json
 
-JsonDict = dict[str, Any]
+__all__ = [
+    "APPROVE",
+    "DECISIONS",
+    "DENY",
+    "TEXT",
+    "JsonDict",
+    "SlackAction",
+    "SlackRejectReason",
+    "SlackSubmission",
+    "SlackVerificationError",
+    "approval_blocks",
+    "button_value",
+    "check_freshness",
+    "ephemeral_message",
+    "escape",
+    "fate_text",
+    "parse_button_value",
+    "parse_interaction",
+    "question_blocks",
+    "replace_message",
+    "sign_slack",
+    "verify_slack",
+    "who_text",
+]
+
 Decision = HumanVerdict
+DECISIONS: tuple[Decision, ...] = ("approve", "deny")
 
 SIGNATURE_HEADER = "X-Slack-Signature"
 TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
@@ -49,15 +93,9 @@ VERSION = "v0"
 DEFAULT_TOLERANCE = 300
 """Seconds the request timestamp may differ from the receiver's clock, either way."""
 
-APPROVE: Decision = "approve"
-DENY: Decision = "deny"
-DECISIONS: tuple[Decision, ...] = (APPROVE, DENY)
-
 _SIGNATURE = re.compile(r"v0=([0-9a-fA-F]{64})")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
-_PENDING_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _MAX_FIELDS = 16
-_SECTION_LIMIT = 3000  # Slack's limit for a section's text
 
 
 SlackRejectReason = RejectReason
@@ -133,49 +171,59 @@ def verify_slack(
         raise SlackVerificationError(SlackRejectReason.BAD_SIGNATURE, "signature does not match the body")
 
 
-# -- the click ----------------------------------------------------------------------------
+# -- what a request asks ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SlackAction:
-    """One Approve/Deny click: what was decided, on which item, by which Slack user."""
+    """One click on a loopengine button: what it asks for, on which item, by which Slack user."""
 
-    decision: Decision
+    decision: Verb
     pending_id: str
     user_id: str
     user_name: str | None
     response_url: str | None
     team_id: str | None = None
     """The workspace the click came from (the payload's ``team.id``)."""
+    option: int | None = None
+    """For ``answer``: the option's number (its text is the pending item's, not the payload's)."""
+    trigger_id: str | None = None
+    """For ``text``: what ``views.open`` needs to open the modal (good for 3 s)."""
+
+
+@dataclass(frozen=True)
+class SlackSubmission:
+    """The answer modal submitted: the typed answer, for which item, by which Slack user."""
+
+    pending_id: str
+    user_id: str
+    user_name: str | None
+    team_id: str | None
+    answer: str
+    response_url: str | None = None
+    """The response_url of the message the modal was opened from (to update it)."""
+
+
+SlackRequest = SlackAction | SlackSubmission
 
 
 def button_value(decision: Decision, pending_id: str) -> str:
     """The ``value`` of a decision button: ``"approve:<pendingId>"`` or ``"deny:<pendingId>"``."""
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {DECISIONS}")
-    if not _PENDING_ID.fullmatch(pending_id):
-        raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
-    return f"{decision}:{pending_id}"
+    return make_value(APPROVE if decision == "approve" else DENY, pending_id)
 
 
 def parse_button_value(value: Any) -> tuple[Decision, str]:
-    """Split a button value made by :func:`button_value`; InvalidInput for anything else."""
-    if not isinstance(value, str):
-        raise InvalidInput("the button value must be a string")
-    decision, sep, pending_id = value.partition(":")
-    if not sep or decision not in DECISIONS:
+    """Split an approve/deny button value; InvalidInput for anything else."""
+    parsed = parse_value(value)
+    if parsed.verb not in DECISIONS:
         raise InvalidInput("the button value must be 'approve:<pendingId>' or 'deny:<pendingId>'")
-    if not _PENDING_ID.fullmatch(pending_id):
-        raise InvalidInput("the button value names no valid pendingId")
-    return (APPROVE if decision == APPROVE else DENY), pending_id
+    return ("approve" if parsed.verb == APPROVE else "deny"), parsed.pending_id
 
 
-def parse_interaction(body: bytes) -> SlackAction:
-    """Read a ``block_actions`` click from Slack's form body (its ``payload`` field, JSON).
-
-    Raises InvalidInput with a message saying what is wrong for anything that is not one click
-    on a loopengine decision button. Verify the body with :func:`verify_slack` first.
-    """
+def _payload(body: bytes) -> JsonDict:
+    """The JSON object in the form body's one ``payload`` field; InvalidInput otherwise."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -193,141 +241,79 @@ def parse_interaction(body: bytes) -> SlackAction:
         raise InvalidInput("the Slack 'payload' field is not valid JSON") from None
     if not isinstance(payload, dict):
         raise InvalidInput("the Slack 'payload' must be a JSON object")
-    kind = payload.get("type")
-    if kind != "block_actions":
-        raise InvalidInput(f"unsupported Slack interaction type {kind!r}: only block_actions is handled")
+    return payload
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _user(payload: JsonDict) -> tuple[str, str | None, str | None]:
+    """``(user id, user name, team id)``; InvalidInput without a user id."""
     user = payload.get("user")
     if not isinstance(user, dict) or not isinstance(user.get("id"), str) or not user["id"]:
         raise InvalidInput("the Slack payload has no user id")
-    name = user.get("username") or user.get("name")
+    name = _text(user.get("username")) or _text(user.get("name"))
+    team = payload.get("team")
+    return user["id"], name, _text(team.get("id")) if isinstance(team, dict) else None
+
+
+def parse_interaction(body: bytes) -> SlackRequest:
+    """Read a click (``block_actions``) or the answer modal's ``view_submission`` from Slack's form body.
+
+    Raises InvalidInput with a message saying what is wrong for anything else. Verify the body with
+    :func:`verify_slack` first.
+    """
+    payload = _payload(body)
+    kind = payload.get("type")
+    if kind == "view_submission":
+        return _submission(payload)
+    if kind != "block_actions":
+        raise InvalidInput(
+            f"unsupported Slack interaction type {kind!r}: only block_actions and view_submission are handled"
+        )
+    user_id, name, team_id = _user(payload)
     actions = payload.get("actions")
     if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
         raise InvalidInput("the Slack payload has no actions")
-    decision, pending_id = parse_button_value(actions[0].get("value"))
-    response_url = payload.get("response_url")
-    team = payload.get("team")
-    team_id = team.get("id") if isinstance(team, dict) else None
+    value = parse_value(actions[0].get("value"))
     return SlackAction(
-        decision=decision,
-        pending_id=pending_id,
-        user_id=user["id"],
-        user_name=name if isinstance(name, str) else None,
-        response_url=response_url if isinstance(response_url, str) and response_url else None,
-        team_id=team_id if isinstance(team_id, str) and team_id else None,
+        decision=value.verb,
+        pending_id=value.pending_id,
+        user_id=user_id,
+        user_name=name,
+        response_url=_text(payload.get("response_url")),
+        team_id=team_id,
+        option=value.option,
+        trigger_id=_text(payload.get("trigger_id")),
     )
 
 
-# -- the message --------------------------------------------------------------------------
-
-
-def escape(text: str) -> str:
-    """Escape ``&``, ``<`` and ``>`` as Slack's mrkdwn requires (no accidental mentions or links)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def approval_blocks(pending_id: str, tool: str, args: JsonDict, reason: str) -> list[JsonDict]:
-    """The Block Kit message asking to approve one call, with Approve and Deny buttons.
-
-    The buttons carry :func:`button_value` values, which :func:`parse_interaction` reads back.
-    """
-    shown = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    code = _clip(escape(shown).replace("```", "`\u200b``"), _SECTION_LIMIT - 8)
-    headline = f"*Approval needed:* `{escape(tool)}`"
-    if reason:
-        headline += f"\n{escape(reason)}"
-
-    def button(decision: Decision, label: str, style: str) -> JsonDict:
-        return {
-            "type": "button",
-            "action_id": decision,
-            "text": {"type": "plain_text", "text": label},
-            "style": style,
-            "value": button_value(decision, pending_id),
-        }
-
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": _clip(headline, _SECTION_LIMIT)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{code}```"}},
-        {
-            "type": "actions",
-            "block_id": f"loopengine:{pending_id}",
-            "elements": [button(APPROVE, "Approve", "primary"), button(DENY, "Deny", "danger")],
-        },
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"pendingId `{pending_id}`"}]},
-    ]
-
-
-def replace_message(text: str) -> JsonDict:
-    """A reply that replaces the original message (its buttons go away) with ``text``."""
-    return {"replace_original": True, "text": text}
-
-
-def ephemeral_message(text: str) -> JsonDict:
-    """A reply only the clicker sees; the original message and its buttons stay."""
-    return {"response_type": "ephemeral", "replace_original": False, "text": text}
-
-
-def question_blocks(
-    pending_id: str, question: str, options: list[str] | None, resolve_url: str | None
-) -> list[JsonDict]:
-    """The Block Kit message for a pending ``system_ask_user`` question.
-
-    There are no buttons: the answer is free text, which a button cannot carry back (and the
-    interactions route decides approvals only). The message says where to answer instead: in the
-    app, or with ``POST <resolve_url>`` and ``{"answer": "..."}`` (the API's credentials apply).
-    Options, when the model offered some, are listed as suggestions.
-    """
-    blocks: list[JsonDict] = [
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": _clip(f"*Question:* {escape(question)}", _SECTION_LIMIT)},
-        }
-    ]
-    if options:
-        listed = "\n".join(f"• {escape(option)}" for option in options)
-        blocks.append(
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": _clip(f"*Options:*\n{listed}", _SECTION_LIMIT)},
-            }
-        )
-    where = "Answer in the app"
-    if resolve_url:
-        where += f', or POST `{{"answer": "..."}}` to `{escape(resolve_url)}`'
-    note = f"{where}. Replies in Slack are not read. pendingId `{escape(pending_id)}`"
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(note, _SECTION_LIMIT)}]})
-    return blocks
-
-
-_FATE_WORDS = {
-    FateState.APPROVED: "approved",
-    FateState.DENIED: "denied",
-    FateState.ANSWERED: "answered",
-}
-
-
-def fate_text(fate: Fate) -> str:
-    """A late click's reply: what became of the item, and who decided it (a Slack user as a mention)."""
-    decision = fate.decision
-    if fate.state in _FATE_WORDS and decision is not None:
-        who = who_text(decision.decided_by, decision.channel)
-        return f"Already resolved: {_FATE_WORDS[fate.state]} by {who}"
-    texts = {
-        FateState.SKIPPED: "Already resolved: skipped, because another call of the same request was denied",
-        FateState.EXPIRED: "Expired: nobody answered in time",
-        FateState.SUPERSEDED: "Superseded: the user moved on with a new message",
-        FateState.CANCELLED: "Cancelled",
-    }
-    return texts.get(fate.state, "Already resolved")
-
-
-def who_text(identity: str, channel: str | None) -> str:
-    """``<@U123>`` for a Slack user (Slack renders the name), the identity as text otherwise."""
-    if channel == "slack" and identity.removeprefix("slack:").isalnum():
-        return f"<@{identity.removeprefix('slack:')}>"
-    via = f" via {channel}" if channel else ""
-    return f"{escape(identity)}{via}"
+def _submission(payload: JsonDict) -> SlackSubmission:
+    user_id, name, team_id = _user(payload)
+    view = payload.get("view")
+    if not isinstance(view, dict) or view.get("callback_id") != MODAL_CALLBACK:
+        raise InvalidInput("the Slack view_submission is not of loopengine's answer modal")
+    try:
+        metadata = parse_json(view.get("private_metadata") or "", "the modal's private_metadata")
+    except (BadJson, InvalidInput):
+        metadata = None
+    pending_id = metadata.get("pendingId") if isinstance(metadata, dict) else None
+    if not isinstance(pending_id, str) or not PENDING_ID.fullmatch(pending_id):
+        raise InvalidInput("the answer modal's private_metadata names no valid pendingId")
+    assert isinstance(metadata, dict)  # pending_id came from it
+    state = view.get("state")
+    values = state.get("values") if isinstance(state, dict) else None
+    block = values.get(ANSWER_BLOCK) if isinstance(values, dict) else None
+    field = block.get(ANSWER_ACTION) if isinstance(block, dict) else None
+    if not isinstance(field, dict):
+        raise InvalidInput("the answer modal's submission has no answer field")
+    answer = field.get("value")
+    return SlackSubmission(
+        pending_id=pending_id,
+        user_id=user_id,
+        user_name=name,
+        team_id=team_id,
+        answer=answer if isinstance(answer, str) else "",
+        response_url=_text(metadata.get("responseUrl")),
+    )

@@ -10,11 +10,13 @@
 What is posted, per event (``text`` is always there: Slack shows it in notifications and where
 blocks cannot be shown):
 
-* ``approval``: :func:`loopengine.channels.slack.interact.approval_blocks`, the message whose Approve and Deny
-  buttons ``POST /integrations/slack/interactions`` reads back (``approve:<pendingId>``), so the
-  Slack app's Interactivity Request URL must point at that route;
-* ``question``: :func:`.interact.question_blocks`: the question and its options, and where
-  to answer (the app, or the resolve route). A free-text answer cannot come back through a button;
+* ``approval``: :func:`loopengine.channels.slack.blocks.approval_blocks`, the message whose Approve
+  and Deny buttons ``POST /integrations/slack/interactions`` reads back (``approve:<pendingId>``),
+  so the Slack app's Interactivity Request URL must point at that route;
+* ``question``: :func:`.blocks.question_blocks`: the question, a button per option (the route
+  answers with that option's text as the pending item holds it) and "Type an answer", which opens
+  a modal (``views.open``, :mod:`loopengine.channels.slack.views`; the route needs the bot token
+  as ``LOOPENGINE_SLACK_BOT_TOKEN`` for it);
 * ``run_start`` / ``run_finish``: one short line (the finish carries the final text, clipped).
 
 The request is ``POST {api_base}/chat.postMessage`` with a JSON body and
@@ -38,7 +40,7 @@ from urllib.parse import urlsplit
 from loopengine.app.ports import Notification
 from loopengine.channels import http
 from loopengine.channels.base import clip, secret, setting, text_of
-from loopengine.channels.slack import interact as slack
+from loopengine.channels.slack import blocks as slack
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import ConfigError, DeliveryError
 
@@ -52,12 +54,12 @@ TEXT_LIMIT = 3000
 _MAX_DETAIL = 80
 
 
-def _display(url: str) -> str:
+def display(url: str) -> str:
     """``scheme://host[:port]/path`` of the API base: what error messages show."""
     return f"{http.origin(url)}{urlsplit(url).path.rstrip('/')}"
 
 
-def _check_api_base(api_base: str) -> str:
+def check_api_base(api_base: str) -> str:
     """The API base without a trailing slash; ConfigError unless https (or http to loopback)."""
     subject = "notifier slack: api_base"
     parts = http.split_url(api_base, subject, ConfigError)
@@ -140,7 +142,7 @@ class SlackNotifier(http.HttpNotifier):
             raise ConfigError("notifier slack: the bot token must not be empty")
         if timeout <= 0:
             raise ConfigError("notifier slack: timeout must be positive")
-        url = _check_api_base(api_base) + "/chat.postMessage"
+        url = check_api_base(api_base) + "/chat.postMessage"
         super().__init__(url, f"slack #{channel.lstrip('#')}", timeout=timeout, transport=transport)
         self._channel = channel
         self._token = token
@@ -166,7 +168,7 @@ class SlackNotifier(http.HttpNotifier):
             "Authorization": f"Bearer {self._token}",
             "User-Agent": USER_AGENT,
         }
-        target = f"{self._where}: chat.postMessage at {_display(self._url)}"
+        target = f"{self._where}: chat.postMessage at {display(self._url)}"
         # not chained: the httpx exception carries the request, and with it the token
         response = self._post(content, headers, target=target)
         if not response.is_success:
