@@ -104,13 +104,19 @@ def test_every_variable_the_docs_name_exists() -> None:
 
     read = read_by_code()
     known = read | {arn_variable(n) for n in read} | named_by_tooling()
-    not_read_yet = set(VARIABLE.findall(section(text(DOCS / "configuration.md"), NOT_READ_YET)))
+    page = text(DOCS / "configuration.md")
+    not_read_yet = set(VARIABLE.findall(section(page, NOT_READ_YET))) if NOT_READ_YET in page else set()
     design = set(VARIABLE.findall(text(DESIGN_MD))) if DESIGN_MD.exists() else not_read_yet
     unknown = {f"{p.name}: {n}" for p in PAGES for n in VARIABLE.findall(text(p)) if n not in known | design}
     assert not unknown, f"named in the docs, read nowhere and not in DESIGN.md: {sorted(unknown)}"
 
 
 def test_variables_named_but_not_read_yet_are_not_read() -> None:
+    if NOT_READ_YET not in text(DOCS / "configuration.md"):  # every variable DESIGN.md names is read
+        if DESIGN_MD.exists():
+            unread = set(VARIABLE.findall(text(DESIGN_MD))) - read_by_code()
+            assert not unread, f"named by DESIGN.md, read nowhere and not listed as such: {sorted(unread)}"
+        return
     listed = {
         n for row in table(section(text(DOCS / "configuration.md"), NOT_READ_YET)) for n in ticked(row[0])
     }
