@@ -13,7 +13,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-from loopengine.app import delivery, expiry, items, lifecycle, resolution, sessions, turn_events, views
+from loopengine.app import (
+    delivery,
+    expiry,
+    items,
+    lifecycle,
+    resolution,
+    sessions,
+    turn_events,
+    views,
+    waits,
+)
 from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.replay import replay
@@ -37,8 +47,6 @@ from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
-
-WORKING = (TurnStatus.RUNNING, TurnStatus.READY, TurnStatus.RETRYING)
 
 JsonDict = dict[str, Any]
 ApprovalScope = Literal["turn"]
@@ -359,7 +367,8 @@ class Engine:
         read = functools.partial(self.rt.stores.turns.events, turn_id)
         finished = turn.status is TurnStatus.FINISHED
         wait = 0.0 if finished else min(wait, MAX_WAIT_SECONDS)  # nothing more to wait for
-        found, cursor = turn_events.poll(read, after, wait, self.sleep)
+        with waits.slot(self.rt, who, wait):
+            found, cursor = turn_events.poll(read, after, wait, self.sleep)
         return found, cursor, finished
 
     def open_items(
@@ -378,18 +387,10 @@ class Engine:
             raise NotFound(f"no session {session_id!r}")
         return messages
 
-    def wait(self, turn_id: str, seconds: float) -> TurnOutcome:
-        """Wait up to ``seconds`` (real time) while the turn is working; return its outcome.
+    def wait(self, turn_id: str, seconds: float, who: Decider | None = None) -> TurnOutcome:
+        """Wait up to ``seconds`` while the turn is working (a pause or the finish ends it): its outcome.
 
-        Working means running, ready to resume or waiting to retry the model: the outcome a client
-        waits for is a pause (chained) or the finish.
+        Holds one of ``who``'s long-poll slots meanwhile (TooManyWaits beyond the limit).
         """
-        pause = threading.Event()
-        step, waited = 0.02, 0.0
-        while True:
-            out = self.outcome(turn_id)
-            if out.status not in WORKING or waited >= seconds:
-                return out
-            pause.wait(step)
-            waited += step
-            step = min(step * 2, 0.25)
+        with waits.slot(self.rt, who, seconds):
+            return waits.outcome_within(self.rt, turn_id, seconds)

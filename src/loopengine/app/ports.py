@@ -106,6 +106,17 @@ class Committed:
 class TurnStore(Protocol):
     """Turn records, their audit events, per-call execution records and config snapshots."""
 
+    def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
+        """Take one of ``holder``'s ``limit`` long-poll slots until ``until``; None when all are held.
+
+        A slot whose ``until`` has passed is free again (a crashed request never holds one for ever).
+        """
+        ...
+
+    def release_wait(self, holder: str, slot: int) -> None:
+        """Give a slot back."""
+        ...
+
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The record of a scoped idempotency key (expired ones may still be returned: check)."""
         ...

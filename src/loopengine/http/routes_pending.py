@@ -24,7 +24,14 @@ Wait = Annotated[
     Query(ge=0, le=limits.MAX_WAIT_SECONDS, description="wait up to S seconds for the turn's outcome"),
 ]
 RESOLVED = answers(
-    {200: m.Resolution | m.Finished, 202: m.Resuming | m.Paused | m.Working}, 400, 403, 404, 409, 413, 415
+    {200: m.Resolution | m.Finished, 202: m.Resuming | m.Paused | m.Working},
+    400,
+    403,
+    404,
+    409,
+    413,
+    415,
+    429,
 )
 
 
@@ -72,5 +79,5 @@ def list_pending(
 
 def _reply(res: Resolution, wait: float | None) -> Response[m.ResolveOutcome]:
     if wait and not res.already_resolved and res.outstanding == 0 and not res.denied and res.turn_id:
-        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait)))
+        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait, auth.current(router))))
     return web.reply(*views.resolution(res))

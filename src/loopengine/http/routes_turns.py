@@ -72,7 +72,7 @@ def get_turn(turn_id: TurnId) -> Response[m.TurnView]:
 @router.get(
     "/turns/<turnId>/events",
     summary="A turn's events after a sequence number, long-polled (SSE under loopengine dev)",
-    responses=answers({200: m.TurnEvents}, 400, 404),
+    responses=answers({200: m.TurnEvents}, 400, 404, 429),
 )
 def turn_events(
     turn_id: TurnId,

@@ -18,6 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
+from loopengine.app.waits import TooManyWaits
 from loopengine.domain import errors, jsonsafe
 from loopengine.domain.idempotency import IdempotencyMismatch
 from loopengine.domain.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
@@ -63,6 +64,10 @@ def error_reply(exc: Exception) -> Response[Any]:
     """Map any library error to DESIGN.md's JSON error; never a stack trace."""
     if isinstance(exc, HttpError):
         return reply(exc.status, {"error": exc.code, "message": str(exc)})
+    if isinstance(exc, TooManyWaits):
+        answer = reply(429, {"error": exc.code, "message": str(exc)})
+        answer.headers["Retry-After"] = str(exc.retry_after)
+        return answer
     if isinstance(exc, errors.LoopengineError):
         status = next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
         details = exc.details if isinstance(exc, errors.Conflict) else {}

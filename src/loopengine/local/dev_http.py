@@ -146,6 +146,9 @@ class _Forward(BaseHTTPRequestHandler):
         if refusal is not None:
             self._refuse(refusal)
             return
+        if self.command == "GET" and self.path.split("?", 1)[0] == "/health":
+            self._health()  # answered here: never queued behind environments held by long-polls
+            return
         if dev_stream.wants_stream(self.command, self.path, self.headers.get("accept")):
             self._stream()  # Server-Sent Events: a separate path (dev_stream)
             return
@@ -200,6 +203,17 @@ class _Forward(BaseHTTPRequestHandler):
         dev_stream.serve(
             self, lambda target: handler(to_event("GET", target, headers, b"", ip), LocalContext())
         )
+
+    def _health(self) -> None:
+        """``GET /health`` (the api's own answer, ``{"status": "ok"}``), without an environment."""
+        data = json.dumps({"status": "ok"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _refuse(self, refusal: guard.Refusal) -> None:
         """Answer without calling the handler; the unread body (if any) ends the connection."""

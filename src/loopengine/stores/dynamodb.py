@@ -189,6 +189,28 @@ class DynamoTurnStore(DynamoStore):
         )
         return self.table.put_action(item, free)
 
+    def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
+        """Take the first free slot: one conditional PutItem per slot tried (usually one)."""
+        for slot in range(limit):
+            item = {
+                **key(f"WAIT#{holder}", f"SLOT#{slot}"),
+                "until": n(int(until) + 1),
+                "ttl": n(int(until) + 60),
+            }
+            free = Condition(
+                "attribute_not_exists(pk) OR #until <= :now", {"#until": "until"}, {":now": n(int(now))}
+            )
+            try:
+                self.table.put(item, free)
+            except ConditionFailed:
+                continue
+            return slot
+        return None
+
+    def release_wait(self, holder: str, slot: int) -> None:
+        """Give a slot back (one DeleteItem)."""
+        self.table.delete(f"WAIT#{holder}", f"SLOT#{slot}")
+
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The record of a scoped idempotency key (one GetItem)."""
         return self._read(f"IDEM#{key}", "IDEM", IdempotencyRecord.from_dict)

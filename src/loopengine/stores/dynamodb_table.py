@@ -244,6 +244,11 @@ class DynamoTable:
             if not carries(failed.old, token):
                 raise
 
+    def delete(self, pk: str, sk: str) -> None:
+        """Delete one item (nothing happens when it is gone already)."""
+        with _errors("DeleteItem"):
+            self.client.delete_item(TableName=self.name, Key=key(pk, sk))
+
     def put_action(self, item: Item, condition: Condition) -> dict[str, Any]:
         """One conditional Put of a transaction."""
         put = {"TableName": self.name, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}

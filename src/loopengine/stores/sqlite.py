@@ -153,6 +153,28 @@ class SqliteTurnStore(_SqliteStore):
                 _claim_key(conn, change.idempotency)
         return Committed(turn, cp)
 
+    def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
+        """Take the lowest free long-poll slot of ``holder`` (expired ones are free), in one transaction."""
+        with self.db.write() as conn:
+            held = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT slot FROM wait_slots WHERE holder = ? AND until > ?", (holder, now)
+                )
+            }
+            free = next((slot for slot in range(limit) if slot not in held), None)
+            if free is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO wait_slots (holder, slot, until) VALUES (?, ?, ?)",
+                    (holder, free, until),
+                )
+            return free
+
+    def release_wait(self, holder: str, slot: int) -> None:
+        """Give a slot back."""
+        with self.db.write() as conn:
+            conn.execute("DELETE FROM wait_slots WHERE holder = ? AND slot = ?", (holder, slot))
+
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The record of a scoped idempotency key."""
         found = self.db.body("SELECT body FROM idempotency_keys WHERE key = ?", (key,))

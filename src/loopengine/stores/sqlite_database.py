@@ -49,7 +49,9 @@ CREATE TABLE IF NOT EXISTS tool_calls (turn_id TEXT NOT NULL, tool_use_id TEXT N
     body TEXT NOT NULL, PRIMARY KEY (turn_id, tool_use_id));
 CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency_keys (key TEXT PRIMARY KEY, expires_at REAL NOT NULL,
-    body TEXT NOT NULL)
+    body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS wait_slots (holder TEXT NOT NULL, slot INTEGER NOT NULL,
+    until REAL NOT NULL, PRIMARY KEY (holder, slot))
 """
 
 
