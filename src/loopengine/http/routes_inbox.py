@@ -363,7 +363,7 @@ class _Post:
 @router.get(
     "/inbox/static/<asset>",
     summary="The inbox page's stylesheet and script",
-    responses=_responses((404,), (), **{"200": ASSET}),
+    responses=_responses((404,), (400,), **{"200": ASSET}),
 )
 def static(
     asset: str, v: Annotated[str | None, Query(max_length=64, description="content version")] = None
