@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from loopengine.app.engine import Engine
+from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.resolution import Decider
 from loopengine.authoring.mcp import GRACE
 from loopengine.authoring.registry import AgentRegistry
@@ -24,6 +25,8 @@ from loopengine.authoring.tools import args_hash
 from loopengine.bootstrap import build_engine
 from loopengine.domain.errors import AgentUnavailable, Conflict, Forbidden, InvalidInput
 from loopengine.domain.turns import StopReason, TurnStatus
+from loopengine.http import api, resume
+from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_body
 from tests.mcp_support import RULES, TOKEN, BillingServer, write_billing_agent
 
 ALICE = Decider("user:alice", "test")
@@ -286,3 +289,39 @@ def test_a_server_echoing_the_token_has_it_scrubbed(agents: Path, billing: Billi
     done = engine.send_message("billing-desk", "lookup A-1")
     said = answer(engine, done.turn_id)
     assert said == "order A-1; you sent [redacted]; bare [redacted]"
+
+
+def test_through_the_api_handler_an_mcp_call_pauses_resumes_and_a_down_server_is_503(
+    install_root: InstallRoot, tmp_path: Path, billing: BillingServer
+) -> None:
+    write_billing_agent(tmp_path / "agents", billing.url)
+    engine = install_root(
+        lambda _e: RecordingInvoker(), LOOPENGINE_AGENTS_PATH=str(tmp_path / "agents"), BILLING_TOKEN=TOKEN
+    )
+    post = with_body(
+        load_event("post_message", **{"customer-service": "billing-desk"}), {"message": "charge 12.5 USD"}
+    )
+    status, paused = call(api.handler, post)
+    assert status == 202 and paused["stopReason"] == "pending_approval"
+    (item,) = paused["pendingItems"]
+    assert (item["tool"], item["args"], item["argsHash"]) == (
+        "billing_charge",
+        CHARGE,
+        args_hash("billing_charge", CHARGE),
+    )
+
+    event = with_body(
+        load_event("resolve_approve", pendingId=item["pendingId"]),
+        {"decision": "approve", "argsHash": item["argsHash"]},
+    )
+    assert call(api.handler, event)[0] == 202 and billing.count("charge") == 0  # the resume worker runs it
+    invoker = engine.rt.invoker
+    assert isinstance(invoker, RecordingInvoker)
+    while invoker.invoked:
+        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), FakeContext())
+    assert billing.count("charge") == 1 and engine.outcome(paused["turnId"]).status is TurnStatus.FINISHED
+
+    billing.stop()
+    status, body = call(api.handler, post)
+    assert status == 503 and body["error"] == "agent_unavailable"
+    assert "the billing MCP server is unreachable" in body["message"] and TOKEN not in body["message"]
