@@ -147,7 +147,7 @@ def _key() -> bytes | None:
 def _scope(who: Principal, shown: render.Filter) -> str:
     if who.tenants is None:
         named = cards.tenant_label(shown.tenant) if shown.tenant is not None else cards.DEFAULT_TENANT
-        return f"operator (every tenant; showing {named}: name a tenant to see another)"
+        return f"operator of every tenant · showing {named} (name a tenant above to see another)"
     return "tenants: " + ", ".join(cards.tenant_label(t) for t in sorted(who.tenants))
 
 

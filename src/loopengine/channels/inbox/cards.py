@@ -28,7 +28,7 @@ from loopengine.domain.principals import Principal
 CHANNEL = "inbox"
 """The channel the audit trail records for a decision made here."""
 MULTILINE_AFTER = 80
-DEFAULT_TENANT = "(default tenant)"
+DEFAULT_TENANT = "the default tenant"
 
 
 def age(seconds: float) -> str:
