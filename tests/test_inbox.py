@@ -613,7 +613,7 @@ def test_the_documented_figures_are_the_codes() -> None:
 
     http_api = " ".join((ROOT / "docs" / "http-api.md").read_text().split())
     script = (ROOT / "src" / "loopengine" / "channels" / "inbox" / "static" / "inbox.js").read_text()
-    assert f"(at most {routes_inbox.MAX_FOLLOWED} at once)" in http_api
+    assert f"(at most {routes_inbox.MAX_FOLLOWED} at once, of turns still going)" in http_api
     assert f"A page shows at most {routes_inbox.MAX_ITEMS} items" in http_api
     assert "long-polled (`wait=20`)" in http_api and "var WAIT = 20;" in script
     assert "every 30 s compares" in http_api and "var LIST_EVERY_MS = 30000;" in script
