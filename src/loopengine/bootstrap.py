@@ -7,6 +7,7 @@ chosen: the SQLite path never imports boto3, the scripted model never imports an
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -95,7 +96,13 @@ class ModelChooser:
 
 
 class NotifierChooser:
-    """The agent's own ``notifier:`` block wins; else the deployment default webhook (if any)."""
+    """The notifier of one target: the agent's own block wins; else the deployment default webhook (if any).
+
+    Delivery asks for each target of a turn's pinned config in turn (``config.for_target(target)``);
+    a config with several targets has no one notifier (``ConfigError``). Notifiers are built once
+    per target block as written, so a turn paused under an older config keeps the targets that
+    config names while new turns get the edited ones; a block that fails to build is tried again.
+    """
 
     def __init__(self, env: Mapping[str, str], clock: Clock) -> None:
         self._env = env
@@ -103,10 +110,16 @@ class NotifierChooser:
         self._cache: dict[str, Notifier | None] = {}
 
     def __call__(self, config: AgentConfig) -> Notifier | None:
-        """The notifier for one agent (built once)."""
-        if config.name not in self._cache:
-            self._cache[config.name] = self._build(config.notifier)
-        return self._cache[config.name]
+        """The notifier for a config naming one target (built once per block)."""
+        targets = config.targets()
+        if len(targets) != 1:
+            keys = ", ".join(t.key for t in targets)
+            raise ConfigError(f"agent {config.name!r} has several notifier targets ({keys}): ask for one")
+        block = targets[0].block
+        key = json.dumps(block, sort_keys=True, separators=(",", ":"))
+        if key not in self._cache:
+            self._cache[key] = self._build(block)
+        return self._cache[key]
 
     def _build(self, block: dict[str, Any] | None) -> Notifier | None:
         if not block:

@@ -1,8 +1,11 @@
 """Sending what the outbox holds: right after the write that recorded it, then by the sweep.
 
-See :mod:`loopengine.domain.outbox` for the record and its states. A failure is recorded (the record's
-``lastError`` and a ``notification_failed`` audit event), never raised: a notifier must never lose
-the turn.
+See :mod:`loopengine.domain.outbox` for the record and its states. A notification gets one record per
+target that takes it (:mod:`loopengine.authoring.targets`: the targets of the turn's pinned config,
+each with its ``events`` and ``tools``), all with the notification's one ``eventId``; each record
+is sent, retried and recorded on its own. A failure is recorded (the record's ``lastError`` and a
+``notification_failed`` audit event naming the target), never raised: a notifier must never lose
+the turn, and one target's failure (even its channel failing to build) is that record's alone.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from loopengine.app import faults
 from loopengine.app.ports import Notification
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
+from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget
+from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import outbox
 from loopengine.domain.ids import new_id
-from loopengine.domain.notifications import NotificationEvent
+from loopengine.domain.notifications import ApprovalEvent, NotificationEvent, QuestionEvent
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import TurnRecord
 
@@ -27,21 +32,36 @@ JsonDict = dict[str, Any]
 def announce(
     rt: Runtime, config: AgentConfig, turn: TurnRecord, note: NotificationEvent
 ) -> tuple[OutboxRecord, ...]:
-    """The outbox record for ``note`` (none when the agent's notifier does not want it)."""
-    event = note.event
-    wanted = (config.notifier or {}).get("events")
-    if wanted is not None and event not in wanted:
-        return ()
-    try:
-        if rt.notifier_for(config) is None:
-            return ()
-    except Exception:  # a misconfigured channel: record it; delivery will record why it fails
-        pass
-    now = rt.stores.clock.now()
-    record = outbox.new_record(
-        new_id("evt_"), turn.turn_id, turn.agent, turn.config_hash, event, note.payload(), now
+    """The outbox records for ``note``: one per target of ``config`` (the turn's) that takes it.
+
+    A target that pushes nothing (``database``, or the default when the deployment has none) gets
+    no record; one whose channel fails to build does (its delivery records why it fails).
+    """
+    event_id, now, payload = new_id("evt_"), rt.stores.clock.now(), note.payload()
+    return tuple(
+        outbox.new_record(
+            event_id, turn.turn_id, turn.agent, turn.config_hash, note.event, payload, now, target=key
+        )
+        for key in _wanting(rt, config, note)
     )
-    return (record,)
+
+
+def _wanting(rt: Runtime, config: AgentConfig, note: NotificationEvent) -> list[str]:
+    """The keys of the targets that take ``note`` and push it somewhere."""
+    tool = note.tool if isinstance(note, ApprovalEvent) else None
+    tool = ASK_USER if isinstance(note, QuestionEvent) else tool
+    try:
+        targets = config.targets()
+    except Exception:  # unreadable targets (a config built in code): one record; delivery records why
+        return [DEFAULT_KEY]
+    return [t.key for t in targets if t.takes(note.event, tool) and _pushes(rt, config, t)]
+
+
+def _pushes(rt: Runtime, config: AgentConfig, target: NotifierTarget) -> bool:
+    try:
+        return rt.notifier_for(config.for_target(target)) is not None
+    except Exception:  # a misconfigured channel: record it; delivery will record why it fails
+        return True
 
 
 def hold(records: tuple[OutboxRecord, ...], until: float | None) -> tuple[OutboxRecord, ...]:
@@ -61,23 +81,30 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = F
     :func:`hold`) whose item is no longer open (decided inline during the live window) is not
     sent: it is stored as ``dropped`` and recorded (``notification_dropped``). Every other
     notification is sent at least once, whatever happened to its item since.
+
+    Each record goes to its own target, looked up in the config it was written under; the audit
+    events name it (``target``: ``t0``, ``t1``, ...).
     """
     for record in records:
         now = rt.stores.clock.now()
+        tag = {
+            "notification": record.event,
+            "eventId": record.event_id,
+            "target": record.target or DEFAULT_KEY,
+        }
         if drop_decided and _decided(rt, record):
             _store(rt, outbox.dropped(record))
             rt.event(
                 record.turn_id,
                 "notification_dropped",
-                notification=record.event,
-                eventId=record.event_id,
+                **tag,
                 pendingId=record.payload.get("pendingId"),
                 reason="the item was decided before the notification went out",
             )
             continue
         try:
             config = rt.config_by_hash(record.agent, record.config_hash)
-            notifier = rt.notifier_for(config)
+            notifier = rt.notifier_for(config.for_target(config.target(record.target)))
             faults.point("notify")
             if notifier is None:
                 where = "nowhere (no notifier configured)"
@@ -86,15 +113,13 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = F
         except Exception as exc:  # recorded, retried by the sweep with backoff
             after = outbox.attempt_failed(record, now, f"{type(exc).__name__}: {exc}")
             _store(rt, after)
-            detail = {"notification": record.event, "eventId": record.event_id, "error": str(exc)}
+            detail = {**tag, "error": str(exc)}
             rt.event(record.turn_id, "notification_failed", attempts=after.attempts, **detail)
             if after.state == "failed":
                 rt.event(record.turn_id, "notification_gave_up", **detail)
             continue
         _store(rt, outbox.delivered(record))
-        rt.event(
-            record.turn_id, "notified", notification=record.event, eventId=record.event_id, channel=where
-        )
+        rt.event(record.turn_id, "notified", **tag, channel=where)
 
 
 def deliver_due(rt: Runtime, limit: int = 100) -> int:

@@ -46,6 +46,7 @@ class Runtime:
     agents: AgentSource
     model_for: Callable[[AgentConfig], ModelClient]
     notifier_for: Callable[[AgentConfig], Notifier | None]
+    """The notifier of a config naming one target: delivery passes ``config.for_target(target)``."""
     invoker: ResumeInvoker
     public_url: str = ""
     lease_seconds: float = 60.0

@@ -1,13 +1,14 @@
 """Agent configuration: what a turn runs under, its snapshot and hash, and loading from a folder.
 
 An agent lives in one folder (see docs/agents.md): ``agent.yaml`` (name, model, system prompt,
-tools, policies, optional notifier), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``, a list
+tools, policies, optional notifier targets), ``rules.yaml`` (the gate) and ``tools.py`` (``TOOLS``, a list
 of :class:`~loopengine.authoring.tools.Tool`). ``script.py`` may add ``respond`` for the offline scripted
 model. :mod:`.agent_loader` reads a folder; :mod:`.registry` finds them.
 
 A turn stores :meth:`AgentConfig.snapshot` under its hash when it starts and resumes under that
 snapshot: the prompt, model, tool schemas and rules a human approved against are the ones that
-finish the turn; only tool *code* is looked up by name at resume time.
+finish the turn; only tool *code* is looked up by name at resume time. The notifier targets are
+part of the snapshot too: a turn's notifications go where its config said when it started.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from loopengine.authoring.agent_schema import AgentFile
 from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT
+from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
 from loopengine.domain.gate import RuleSet
@@ -30,7 +32,11 @@ JsonDict = dict[str, Any]
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Everything a turn runs under."""
+    """Everything a turn runs under.
+
+    ``notifier`` / ``notifiers``: agent.yaml's blocks as written (at most one of them); see
+    :meth:`targets`.
+    """
 
     name: str
     model: str
@@ -44,6 +50,26 @@ class AgentConfig:
     expiry: Expiry | None = None
     extra: JsonDict = field(default_factory=dict)
     live_wait: float | None = None
+    notifiers: list[JsonDict] | None = None
+
+    def targets(self) -> tuple[NotifierTarget, ...]:
+        """Where this config's notifications go: ``t0``, ``t1``, ... (one, the default, if it names none)."""
+        return targets_of(self.notifier, self.notifiers)
+
+    def target(self, key: str | None) -> NotifierTarget:
+        """The target ``key`` (``None``: ``t0``, what a record written before targets had keys meant)."""
+        wanted = key or DEFAULT_KEY
+        found = next((t for t in self.targets() if t.key == wanted), None)
+        if found is None:
+            raise ConfigError(f"agent {self.name!r}: this config has no notifier target {wanted!r}")
+        return found
+
+    def for_target(self, target: NotifierTarget) -> AgentConfig:
+        """The config with ``target`` as its only notifier: what ``Runtime.notifier_for`` builds from.
+
+        (A view for building one target's notifier; its :meth:`config_hash` is not the turn's.)
+        """
+        return replace(self, notifier=target.block or None, notifiers=None)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it."""
@@ -69,6 +95,7 @@ class AgentConfig:
             "tools": [t.spec() for t in self.tools],
             "rules": self.rules.source,
             "notifier": self.notifier,
+            **({"notifiers": self.notifiers} if self.notifiers is not None else {}),
             "on_new_message": self.on_new_message,
             **(
                 {"pending_ttl": self.expiry.ttl_seconds, "on_expiry": self.expiry.on_expiry}
@@ -120,6 +147,7 @@ def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
         expiry=Expiry.parse(snapshot, "snapshot"),
         extra=dict(snapshot.get("extra") or {}),
         live_wait=snapshot.get("live_wait"),
+        notifiers=snapshot.get("notifiers"),
     )
 
 
@@ -135,7 +163,8 @@ def build_config(
 ) -> AgentConfig:
     """The config of validated agent.yaml / rules.yaml content (``raw_*`` as written) and its tools.
 
-    The raw rules and notifier blocks are what the snapshot keeps, so the config hash of a folder
+    The raw rules and notifier blocks are what the snapshot keeps (``notifiers`` only when given, so
+    the hash of a folder without it is what it was before targets), so the config hash of a folder
     does not depend on how this version of the code models them. A tool's timeout in agent.yaml
     (``tool_timeouts:``) wins over the one its Tool sets.
     """
@@ -155,4 +184,5 @@ def build_config(
         if agent.pending_ttl is not None
         else None,
         live_wait=agent.live_wait,
+        notifiers=raw_agent.get("notifiers"),
     )

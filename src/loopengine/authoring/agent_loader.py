@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from loopengine.authoring.agent import AgentConfig, build_config
-from loopengine.authoring.agent_schema import AgentFile, cross_check
+from loopengine.authoring.agent_schema import AgentFile, cross_check, target_problems
 from loopengine.authoring.tools import Tool
 from loopengine.domain.errors import AgentUnavailable
 from loopengine.domain.rules import RulesFile, problems
@@ -91,6 +91,8 @@ def parse_folder(
         found += cross_check(agent, (agent_file, agent_lines), rules, (rules_file, rules_lines), agent.tools)[
             1
         ]
+    else:  # neither tools.py nor a tools list says what the tools are: check the targets' shape alone
+        found += target_problems(agent, (agent_file, agent_lines), None)
     if found:
         raise unavailable(found)
     by_name = {t.name: t for t in tools}

@@ -2,38 +2,65 @@
 
 Every key is listed here (and in docs/agents.md); anything else is an error with its line.
 :func:`cross_check` ties agent.yaml, rules.yaml and tools.py together: the tools agent.yaml names
-exist in tools.py, and every rule names a tool the agent has.
+exist in tools.py, every rule names a tool the agent has, and so does every notifier target's
+``tools`` (:func:`target_problems`). Channel names come from the one registry,
+:mod:`loopengine.authoring.channel_registry`; event names from :mod:`loopengine.domain.notifications`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from loopengine.authoring.channel_registry import CHANNELS as CHANNELS  # re-exported: the one list
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT
 from loopengine.authoring.tools import ASK_USER
+from loopengine.domain.notifications import EVENTS as EVENTS  # re-exported
 from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict
 from loopengine.domain.yaml_lines import Lines, Problem
 
-CHANNELS = ("webhook", "email", "sns", "slack", "lark", "queue", "redis", "database")
-"""Notifier channels (the keys of ``loopengine.channels.base.CHANNELS``)."""
-EVENTS = ("approval", "question", "run_start", "run_finish")
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 """Route names: letters, digits, ``-`` and ``_``, up to 63 characters."""
+TOOL_EVENTS = ("approval", "question")
+"""The events a target's ``tools:`` filters (a question is the ``system_ask_user`` call)."""
 
-Channel = Literal["webhook", "email", "sns", "slack", "lark", "queue", "redis", "database"]
-Event = Literal["approval", "question", "run_start", "run_finish"]
+
+def _one_of(names: Collection[str]) -> Callable[[str], str]:
+    """A validator admitting only ``names`` (worded as a ``Literal``'s), suggesting the closest one."""
+    quoted = [repr(n) for n in names]
+    expected = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+    def check(value: str) -> str:
+        if value not in names:
+            close = difflib.get_close_matches(value, list(names), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"must be {expected}, not {value!r}{hint}")
+        return value
+
+    return check
+
+
+Channel = Annotated[str, AfterValidator(_one_of(CHANNELS))]
+"""A key of :data:`~loopengine.authoring.channel_registry.CHANNELS` (the one list of channels)."""
+Event = Annotated[str, AfterValidator(_one_of(EVENTS))]
 Positive = Annotated[int, Field(gt=0)]
 
 
 class NotifierModel(Strict):
-    """``notifier:`` where this agent's notifications go (wins over the deployment's default webhook)."""
+    """One notifier target: a channel, its config, the events it takes and the tools it covers.
+
+    ``notifiers:`` is a list of these (``notifier:``, one of them, stays accepted). ``events``
+    default: all four; ``tools`` (default: every tool) filters ``approval`` and ``question`` only, a
+    question counting as a ``system_ask_user`` call.
+    """
 
     channel: Channel
     config: dict[str, JsonValue] | None = None
-    events: list[Event] | None = None
+    events: Annotated[list[Event], Field(min_length=1)] | None = None
+    tools: Annotated[list[NonEmpty], Field(min_length=1)] | None = None
 
 
 class AgentFile(Strict):
@@ -46,6 +73,7 @@ class AgentFile(Strict):
     max_tokens: Positive = 1024
     max_iterations: Positive = 10
     notifier: NotifierModel | None = None
+    notifiers: Annotated[list[NotifierModel], Field(min_length=1)] | None = None
     on_new_message: Literal["supersede", "reject", "queue"] = "supersede"
     pending_ttl: Duration | None = None
     on_expiry: OnExpiry | None = None
@@ -106,4 +134,43 @@ def cross_check(
                 f"rules[{index}].tool: {rule.tool!r} is not a tool of this agent (its tools: {known}; or '*')"
             )
             found.append(Problem(file, at, msg))
+    found += target_problems(agent, agent_file, wanted)
     return [n for n in wanted if n in defined], found
+
+
+def target_problems(
+    agent: AgentFile, agent_file: tuple[str, Lines], tools: Sequence[str] | None
+) -> list[Problem]:
+    """What is wrong with agent.yaml's notifier targets beyond their shape (``tools``: the agent's, if known).
+
+    Both ``notifier`` and ``notifiers``; a target's ``tools`` that the agent does not have (or lists
+    twice), or that filter nothing because the target takes neither ``approval`` nor ``question``.
+    """
+    file, lines = agent_file
+    found: list[Problem] = []
+    if agent.notifier is not None and agent.notifiers is not None:
+        msg = (
+            f"notifiers: give either notifier (one target, line {lines.line(('notifier',))}) or notifiers "
+            "(a list of targets), not both"
+        )
+        found.append(Problem(file, lines.line(("notifiers",)), msg))
+    targets: list[tuple[tuple[str | int, ...], str, NotifierModel]] = []
+    if agent.notifier is not None:
+        targets.append((("notifier",), "notifier", agent.notifier))
+    targets += [(("notifiers", i), f"notifiers[{i}]", t) for i, t in enumerate(agent.notifiers or ())]
+    for loc, where, target in targets:
+        if target.tools and target.events and not set(target.events) & set(TOOL_EVENTS):
+            msg = f"{where}.tools: filters only approval and question, and this target takes neither"
+            found.append(Problem(file, lines.line((*loc, "tools")), msg))
+        for index, name in enumerate(target.tools or ()):
+            at = lines.line((*loc, "tools", index))
+            if name in (target.tools or [])[:index]:
+                found.append(Problem(file, at, f"{where}.tools[{index}]: {name!r} is listed twice"))
+            elif tools is not None and name != ASK_USER and name not in tools:
+                known = ", ".join(tools) or "none"
+                msg = (
+                    f"{where}.tools[{index}]: {name!r} is not a tool of this agent (its tools: {known}; "
+                    f"or {ASK_USER} for its questions)"
+                )
+                found.append(Problem(file, at, msg))
+    return found

@@ -1,13 +1,17 @@
-"""Notifier channels: build the one an agent's ``notifier:`` block names.
+"""Notifier channels: build the one a notifier target (an entry of agent.yaml's ``notifiers:``) names.
 
-    notifier:
-      channel: webhook            # webhook | email | sns | slack | lark | queue | redis | database
-      config: {...}               # per channel; secrets are named by env var (``*_env``), never inline
-      events: [approval, question, run_start, run_finish]
+    notifiers:
+      - channel: webhook          # a key of CHANNELS
+        config: {...}             # per channel; secrets are named by env var (``*_env``), never inline
+        events: [approval, question, run_start, run_finish]
+        tools: [issue_refund]     # optional: the tools whose approvals (and questions) it takes
 
-Each channel lives in its own module and is imported only when an agent uses it, so a deployment
-pays (at cold start) only for the SDKs of the channels it has. ``database`` pushes nothing: the
-pending list (``GET /pending-approvals``) is the poll surface.
+:data:`CHANNELS` is the one list of channels (kept in
+:mod:`loopengine.authoring.channel_registry`, below this layer, so agent.yaml's schema checks
+against it too): a new channel is its folder here plus one line there. Each channel lives in its
+own module and is imported only when an agent uses it, so a deployment pays (at cold start) only
+for the SDKs of the channels it has. ``database`` pushes nothing: the pending list
+(``GET /pending-approvals``) is the poll surface.
 
 The helpers below are what every channel may use: settings and secrets from the config and the
 environment, the JSON body, payload fields as text. The AWS channels share
@@ -22,28 +26,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from loopengine.app.ports import Notification, Notifier
+from loopengine.authoring.channel_registry import CHANNELS as CHANNELS  # re-exported: the one list
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import ConfigError, DeliveryError
 
 Builder = Callable[[dict[str, Any], Mapping[str, str], Clock], Notifier | None]
 
-CHANNELS: dict[str, str | None] = {
-    "webhook": "loopengine.channels.webhook.send:from_config",
-    "email": "loopengine.channels.email.send:from_config",
-    "sns": "loopengine.channels.sns.send:from_config",
-    "queue": "loopengine.channels.queue.send:from_config",
-    "slack": "loopengine.channels.slack.send:from_config",
-    "lark": "loopengine.channels.lark.send:from_config",
-    "redis": "loopengine.channels.redis.send:from_config",
-    "database": None,
-}
-
 
 def build(block: Mapping[str, Any], env: Mapping[str, str], clock: Clock) -> Notifier | None:
-    """The notifier for a ``notifier:`` block (``None`` for ``database``)."""
+    """The notifier for one target's block (``None`` for ``database``)."""
     channel = block.get("channel")
-    if channel not in CHANNELS:
-        raise ConfigError(f"notifier channel {channel!r} is not one of {sorted(CHANNELS)}")
+    if not isinstance(channel, str) or channel not in CHANNELS:
+        raise ConfigError(f"notifier channel {channel!r} is not one of {', '.join(CHANNELS)}")
     target = CHANNELS[channel]
     if target is None:
         return None

@@ -10,6 +10,15 @@ payload carries a stable ``eventId`` so a receiver can drop the duplicates.
     pending --send failed--> pending (attempts + 1, due later) ... --> failed (gave up)
     pending (held) --its item was decided in the live window--> dropped
 
+**One record per (notification, target).** An agent may send each notification to several targets
+(agent.yaml's ``notifiers:``); each gets its own record, naming the target by its key in the turn's
+pinned config (``t0``, ``t1``, ...), so each target is tried, retried, given up or dropped on its
+own: a failing Slack never re-sends the webhook. The ``eventId`` is the notification's, the same
+in every target's record and body (it names the event, not the delivery; a receiver fed by two
+targets can drop the second copy too); :attr:`OutboxRecord.key` (``eventId#target``) tells the
+records apart in the stores. A record written before targets existed has no ``target``: it is
+``t0``'s, under the key ``eventId`` it was stored with.
+
 A live message (``"live": true``) writes a pause's notifications due at the end of the agent's
 ``live_wait`` instead: the writer leaves them to the sweep, which drops those whose item was
 decided inline meanwhile (only held records are dropped: any other stays at least once).
@@ -30,10 +39,11 @@ MAX_ATTEMPTS = 10
 
 @dataclass(frozen=True)
 class OutboxRecord:
-    """One notification to deliver (``due_at`` None once delivered, dropped or given up).
+    """One notification to deliver to one target (``due_at`` None once delivered, dropped or given up).
 
-    ``held``: written due at the end of a live window (not sent by the writer); the sweep drops it
-    if its item was decided meanwhile.
+    ``target``: the target's key in the config ``config_hash`` (``None``: a record from before
+    targets, meaning ``t0``). ``held``: written due at the end of a live window (not sent by the
+    writer); the sweep drops it if its item was decided meanwhile.
     """
 
     event_id: str
@@ -48,6 +58,12 @@ class OutboxRecord:
     due_at: float | None = None
     last_error: str | None = None
     held: bool = False
+    target: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The record's id in the stores: ``eventId#target`` (just ``eventId`` for a record without one)."""
+        return self.event_id if self.target is None else f"{self.event_id}#{self.target}"
 
     def to_dict(self) -> JsonDict:
         """Stored (camelCase) form."""
@@ -64,6 +80,7 @@ class OutboxRecord:
             "dueAt": self.due_at,
             "lastError": self.last_error,
             **({"held": True} if self.held else {}),
+            **({"target": self.target} if self.target is not None else {}),
         }
 
     @staticmethod
@@ -82,16 +99,32 @@ class OutboxRecord:
             due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
             last_error=d.get("lastError"),
             held=bool(d.get("held", False)),
+            target=d.get("target"),
         )
 
 
 def new_record(
-    event_id: str, turn_id: str, agent: str, config_hash: str, event: str, payload: JsonDict, now: float
+    event_id: str,
+    turn_id: str,
+    agent: str,
+    config_hash: str,
+    event: str,
+    payload: JsonDict,
+    now: float,
+    target: str | None = None,
 ) -> OutboxRecord:
-    """A pending notification; its payload carries ``eventId``."""
+    """A pending notification for ``target``; its payload carries ``eventId``."""
     body = {"eventId": event_id, **payload}
     return OutboxRecord(
-        event_id, turn_id, agent, config_hash, event, body, now, due_at=now + FIRST_RETRY_SECONDS
+        event_id,
+        turn_id,
+        agent,
+        config_hash,
+        event,
+        body,
+        now,
+        due_at=now + FIRST_RETRY_SECONDS,
+        target=target,
     )
 
 

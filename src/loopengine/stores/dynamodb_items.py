@@ -23,9 +23,10 @@ turn             ``TURN#<tid>``     ``TURN``                      version, body;
 audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
                                                                   event counter, r: 24 random bits)
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
-notification     ``TURN#<tid>``     ``OUTBOX#<eventId>``          body; while undelivered: gsi1pk
+notification     ``TURN#<tid>``     ``OUTBOX#<key>``              body; while undelivered: gsi1pk
                                                                   ``OUTBOX``, gsi1sk
-                                                                  ``<t dueAt>#<eventId>``
+                                                                  ``<t dueAt>#<key>`` (one per
+                                                                  target; key: ``<eventId>#<t>``)
 config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
 ===============  =================  ============================  ===============================
@@ -170,9 +171,9 @@ class DynamoStore:
     def _outbox_item(self, record: OutboxRecord) -> Item:
         listed: Item = {}
         if record.due_at is not None:
-            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.event_id}")}
+            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.key}")}
         ttl = self._ttl() if record.due_at is None else {}
-        sk = f"OUTBOX#{record.event_id}"
+        sk = f"OUTBOX#{record.key}"  # eventId#target: one item per target
         return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
 
     def _call_item(self, call: CallRecord) -> Item:
