@@ -197,11 +197,14 @@ ROUTES: dict[str, tuple[str, str, Body]] = {
     "message_session": ("POST", "/agents/shop/messages", {"message": "hi", "sessionId": "{session}"}),
     "resolve": ("POST", "/pending-approvals/{pending}/resolve", {"decision": "approve"}),
     "deny": ("POST", "/pending-approvals/{pending}/resolve", {"decision": "deny"}),
+    "answer": ("POST", "/pending-questions/{pending}/answer", {"answer": "yes"}),
     "list_acme": ("GET", "/pending-approvals?tenant=acme", None),
     "turn": ("GET", "/turns/{turn}", None),
+    "events": ("GET", "/turns/{turn}/events", None),
     "cancel": ("POST", "/turns/{turn}/cancel", None),
     "session": ("GET", "/sessions/{session}", None),
     "health": ("GET", "/health", None),
+    "openapi": ("GET", "/openapi.json", None),
     "slack": ("POST", "/integrations/slack/interactions", slack_click),
     "lark": ("POST", "/integrations/lark/interactions", lark_click),
     "magic": ("GET", "/magic/{token}", None),
@@ -212,11 +215,14 @@ EXPECTED = {
     "message_session": (401, 202, 403, 404, 202, 401),  # tenant_a may not supersede an approvers-only wait
     "resolve": (401, 403, 403, 404, 202, 401),  # the operator is no approver of a rule that names them
     "deny": (401, 403, 403, 404, 200, 401),
+    "answer": (401, 400, 400, 404, 400, 401),  # an approval's pendingId: 400 names the right route
     "list_acme": (401, 200, 200, 403, 200, 401),
     "turn": (401, 200, 200, 404, 200, 401),
+    "events": (401, 200, 200, 404, 200, 401),
     "cancel": (401, 200, 403, 404, 200, 401),
     "session": (401, 200, 200, 404, 200, 401),
     "health": (200, 200, 200, 200, 200, 200),
+    "openapi": (401, 200, 200, 200, 200, 401),
 }
 LIKE = {
     "jwt_a": "tenant_a",
