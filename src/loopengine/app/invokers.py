@@ -7,6 +7,7 @@ on a background thread, the local stand-in for Lambda's asynchronous invoke (``l
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from collections.abc import Callable
@@ -28,36 +29,70 @@ class InlineInvoker:
 
 
 class ThreadInvoker:
-    """Call ``resume(turn_id)`` on a daemon thread; ``join()`` waits for all of them."""
+    """Call ``resume(turn_id)`` on background threads, at most ``max_running`` at once.
 
-    def __init__(self, resume: Callable[[str], object] | None = None) -> None:
+    The local stand-in for Lambda's asynchronous invoke (whose concurrency the template reserves):
+    invokes queue up and ``max_running`` daemon workers take them in order, so a sweep that finds
+    a thousand due turns never starts a thousand threads. Nothing is dropped, and a turn already
+    waiting in the queue is not queued twice (its resume claims it once anyway). ``join()`` waits
+    until everything invoked so far has run.
+    """
+
+    def __init__(self, resume: Callable[[str], object] | None = None, max_running: int = 8) -> None:
+        if max_running < 1:
+            raise ValueError("max_running must be at least 1")
         self.resume = resume
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
+        self.max_running = max_running
+        self._queue: collections.deque[str] = collections.deque()
+        self._waiting: set[str] = set()
+        self._workers = 0
+        self._busy = 0
+        self._changed = threading.Condition()
 
     def invoke(self, turn_id: str, version: str | None = None) -> None:
-        """Start the resume in the background and return at once."""
-        resume = self.resume
-        if resume is None:
+        """Queue the resume and return at once (one code version here: ``version`` is not used)."""
+        if self.resume is None:
             raise RuntimeError("ThreadInvoker has no resume callback bound")
+        with self._changed:
+            if turn_id not in self._waiting:
+                self._waiting.add(turn_id)
+                self._queue.append(turn_id)
+            if self._workers < self.max_running and self._workers - self._busy < len(self._queue):
+                self._workers += 1
+                threading.Thread(target=self._work, name="resume-worker", daemon=True).start()
+            self._changed.notify_all()
 
-        def run() -> None:
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                if not self._queue:
+                    self._workers -= 1
+                    self._changed.notify_all()
+                    return
+                turn_id = self._queue.popleft()
+                self._waiting.discard(turn_id)
+                self._busy += 1
             try:
-                resume(turn_id)
+                resume = self.resume
+                if resume is not None:
+                    resume(turn_id)
             except Exception:  # a background resume must report, not vanish
                 log.exception("background resume of %s failed", turn_id)
+            finally:
+                with self._changed:
+                    self._busy -= 1
+                    self._changed.notify_all()
 
-        thread = threading.Thread(target=run, name=f"resume-{turn_id}", daemon=True)
-        with self._lock:
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        thread.start()
+    @property
+    def running(self) -> int:
+        """Resumes running right now."""
+        with self._changed:
+            return self._busy
 
     def join(self, timeout: float = 10.0) -> None:
-        """Wait for the resumes started so far."""
-        with self._lock:
-            threads = list(self._threads)
-        for t in threads:
-            t.join(timeout)
+        """Wait (up to ``timeout`` seconds) until everything invoked so far has run."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._queue and self._busy == 0, timeout)
 
 
 class RecordingInvoker:
