@@ -233,6 +233,13 @@ def test_only_the_annotation_brings_a_context() -> None:
         "union": "ctx",
         "first": "ctx",
     }
+    # the author's own class called ToolContext is not ours, as an object or as a string annotation
+    for prelude in ("", "from __future__ import annotations\n"):
+        own: dict[str, Any] = {}
+        exec(
+            prelude + "class ToolContext: ...\ndef hostile(args, ctx: ToolContext = None): return ctx\n", own
+        )
+        assert context_parameter(own["hostile"]) is None
     # a name only imported for type checkers is taken at its word only if it says ToolContext
     late.__annotations__["ctx"] = "ToolContext"
     assert context_parameter(late) is not None
