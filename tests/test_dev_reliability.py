@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -23,6 +24,7 @@ import pytest
 
 from loopengine.domain.messages import Message, check_protocol
 from tests.agent_folders import write_agent
+from tests.anthropic_sse import sse_body
 from tests.dev_support import DevProcess, free_port, request
 
 FAST = {
@@ -229,15 +231,27 @@ class FakeAnthropic:
 
         class Handle(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
+                sent = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 with fake._lock:
                     fake.seen += 1
                     fail = fake.seen <= fake.failures
                 if fail:
                     error = {"type": "overloaded_error", "message": "Overloaded"}
                     self._send(529, {"type": "error", "error": error}, fake.seen)
+                elif sent.get("stream"):  # the model's answer streamed, as the API sends it
+                    self._stream(fake.reply(), fake.seen)
                 else:
                     self._send(200, fake.reply(), fake.seen)
+
+            def _stream(self, body: dict[str, Any], n: int) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("request-id", f"req_{n}")
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a call walked away from
+                    self.wfile.write(sse_body(body))
 
             def _send(self, status: int, body: dict[str, Any], n: int) -> None:
                 data = json.dumps(body).encode()

@@ -9,23 +9,32 @@ A model call has no side effect, so the worker never has to wait for one it no l
   :data:`STOP_POLL_SECONDS`; a ``cancel`` (or a supersede) abandons the call at once and the turn
   finishes ``cancelled`` within about a second, whatever the call's length.
 
-An abandoned call goes on in a daemon thread until the SDK returns (an HTTP request cannot be taken
-back); its answer is discarded, and the turn's audit says so (``model_call_abandoned``). A call that
-answers before either is the normal path, and costs no extra store read (the first wait returns
-at once for a fast model).
+An abandoned call goes on in a daemon thread until the SDK returns or, streaming, until its next
+piece of text (its stream is closed then: no more tokens are read); its answer is discarded, and the
+turn's audit says so (``model_call_abandoned``). A call that answers before either is the normal
+path, and costs no extra store read (the first wait returns at once for a fast model).
+
+The call streams: its text goes to a :class:`~loopengine.app.live.TextStream` (``on_text``), which
+publishes each piece to this process's live bus at once; every time the worker wakes while the call is
+in flight (every :data:`STOP_POLL_SECONDS`) it writes what arrived since as one durable ``text:delta``
+event. Once the worker walks away the stream is closed: the client's next piece raises, ending it.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from dataclasses import replace
 
+from loopengine.app.live import DELTA_FLUSH_SECONDS, TextStream
 from loopengine.app.ports import ModelClient, ModelRequest, ModelResponse
 from loopengine.app.worker import Worker
+from loopengine.domain.errors import StoreError
 from loopengine.domain.turns import StopReason
 
-STOP_POLL_SECONDS = 0.25
-"""How often a worker in a model call looks for a stop: a cancel shows within about a second."""
+STOP_POLL_SECONDS = DELTA_FLUSH_SECONDS
+"""How often a worker in a model call looks for a stop (a cancel shows within about a second) and
+writes the text streamed since it last looked."""
 
 
 class Abandoned(Exception):
@@ -45,15 +54,28 @@ def call_model(worker: Worker, client: ModelClient, request: ModelRequest) -> Mo
     if callable(prepare):  # import the SDK here, not in the thread: imports there block this one
         prepare()
     answers: queue.Queue[tuple[ModelResponse | None, BaseException | None]] = queue.Queue(maxsize=1)
+    stream = TextStream(worker.turn_id, worker.rt.stores.clock)
+    streaming = replace(request, on_text=stream)
 
     def run() -> None:
         try:
-            answers.put((client.create(request), None))
+            answers.put((client.create(streaming), None))
         except BaseException as exc:  # handed to the waiting worker, never lost in the thread
             answers.put((None, exc))
 
     threading.Thread(target=run, name=f"model-{worker.turn_id}", daemon=True).start()
-    clock = worker.rt.stores.clock
+    try:
+        return _wait(worker, answers, stream)
+    finally:
+        stream.close()
+
+
+def _wait(
+    worker: Worker,
+    answers: queue.Queue[tuple[ModelResponse | None, BaseException | None]],
+    stream: TextStream,
+) -> ModelResponse:
+    clock, durable = worker.rt.stores.clock, True
     while True:
         wait = STOP_POLL_SECONDS
         if worker.deadline is not None:
@@ -61,7 +83,7 @@ def call_model(worker: Worker, client: ModelClient, request: ModelRequest) -> Mo
         try:
             response, error = answers.get(timeout=wait)
         except queue.Empty:
-            pass
+            durable = durable and _flush(worker, stream)
         else:
             if error is not None:
                 raise error
@@ -72,3 +94,19 @@ def call_model(worker: Worker, client: ModelClient, request: ModelRequest) -> Mo
         current = worker.rt.stores.turns.get_turn(worker.turn_id)
         if current is not None and current.stop_requested is not None:
             raise Abandoned(current.stop_requested)
+
+
+def _flush(worker: Worker, stream: TextStream) -> bool:
+    """Write the text streamed since the last flush as one ``text:delta`` event; False if the store failed.
+
+    Not through ``rt.event``: a piece of text is neither counted nor logged. A store that fails here
+    only ends the durable pieces of this call (the whole text still comes with ``model_response``).
+    """
+    piece = stream.flush()
+    if piece is None:
+        return True
+    try:
+        worker.rt.stores.turns.add_event(worker.turn_id, piece.event())
+    except StoreError:
+        return False
+    return True

@@ -21,6 +21,17 @@ exception. The table mirrors the SDK's own retry policy, applied after its retri
 
 Messages name the status, the API's error type and message and the request id; any credential
 the client holds is scrubbed from them.
+
+A request with ``on_text`` streams (``client.messages.stream``): each text delta goes to it as it
+arrives, a newline before every text block after the first, and the final message the SDK assembles
+is the answer. Failures particular to a stream:
+
+    an ``error`` event inside the 200 stream        by its type: overloaded_error, api_error,
+                                                    rate_limit_error, timeout_error retryable;
+                                                    any other type FatalModelError
+    the connection breaks mid-stream (httpx2)       RetryableModelError
+    the stream ends before ``message_stop``         RetryableModelError (never a cut answer)
+    ``on_text`` raises (the caller walked away)     raised as it is: the stream is closed
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
-from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.app.ports import ModelRequest, ModelResponse, TextSink
 from loopengine.domain.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
 
@@ -36,11 +47,13 @@ if TYPE_CHECKING:
     from anthropic import Anthropic, AnthropicError
     from anthropic.types import Message as ApiMessage
     from anthropic.types import MessageParam, ToolUnionParam
+    from anthropic.types.message_create_params import MessageCreateParamsBase
 
 DEFAULT_MAX_RETRIES = 2
 """Retries the SDK makes itself (with backoff) before an error reaches the loop."""
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
+_RETRYABLE_IN_STREAM = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _HINTS = {
     401: "check ANTHROPIC_API_KEY",
     403: "the credentials may not use this model or feature",
@@ -89,15 +102,19 @@ class AnthropicModel:
         import anthropic
 
         messages = cast("list[MessageParam]", [m.to_dict() for m in request.messages])
-        tools = cast("list[ToolUnionParam]", request.tools) if request.tools else anthropic.omit
+        params: MessageCreateParamsBase = {
+            "model": request.model,
+            "system": request.system,
+            "max_tokens": request.max_tokens,
+            "messages": messages,
+        }
+        if request.tools:
+            params["tools"] = cast("list[ToolUnionParam]", request.tools)
         try:
-            raw = self.client.messages.create(
-                model=request.model,
-                system=request.system,
-                max_tokens=request.max_tokens,
-                messages=messages,
-                tools=tools,
-            )
+            if request.on_text is None:
+                raw = self.client.messages.create(**params)
+            else:
+                raw = self._stream(params, request.on_text)
         except anthropic.AnthropicError as exc:
             retryable, message = _classify(exc)
             if self._client is not None:
@@ -111,6 +128,30 @@ class AnthropicModel:
                 "no Anthropic credentials: set ANTHROPIC_API_KEY (or pass a configured client)"
             ) from exc
         return _to_response(raw)
+
+    def _stream(self, params: MessageCreateParamsBase, on_text: TextSink) -> ApiMessage:
+        """The message, streamed: its text handed to ``on_text`` piece by piece as it arrives."""
+        import httpx2
+
+        texts, message = 0, None
+        try:
+            with self.client.messages.stream(**params) as stream:
+                for event in stream:
+                    if event.type == "content_block_start" and event.content_block.type == "text":
+                        if texts:
+                            on_text("\n")  # Message.text joins text blocks with a newline
+                        texts += 1
+                        if event.content_block.text:
+                            on_text(event.content_block.text)
+                    elif event.type == "text":
+                        on_text(event.text)
+                    elif event.type == "message_stop":
+                        message = event.message
+        except httpx2.TransportError as exc:
+            raise RetryableModelError(f"the Anthropic stream broke off ({type(exc).__name__})") from exc
+        if message is None:
+            raise RetryableModelError("the Anthropic stream ended before its message did")
+        return message
 
 
 def _to_response(raw: ApiMessage) -> ModelResponse:
@@ -132,6 +173,11 @@ def _classify(exc: AnthropicError) -> tuple[bool, str]:
     """Whether ``exc`` is worth retrying, and a message for it (see the module docstring)."""
     import anthropic
 
+    if isinstance(exc, anthropic.APIStatusError) and exc.status_code < 400:  # an error event mid-stream
+        message = f"the Anthropic stream reported {exc.type or 'an error'}: {exc.api_message or 'no message'}"
+        if exc.request_id:
+            message += f" [request-id {exc.request_id}]"
+        return exc.type in _RETRYABLE_IN_STREAM, message
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         message = f"Anthropic API answered {status}"

@@ -14,11 +14,16 @@ Build scripts with :func:`say` and :func:`call`::
 
 A tool_use written without an ``id`` gets one derived from the request (history length, position
 in the response, tool name), so ids are unique within a conversation and identical on every run.
+
+It streams like a real model: given a request with ``on_text``, it hands over the answer's text a word
+at a time (:func:`pieces`), ``delay`` seconds apart (0 by default), before it returns the answer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +36,7 @@ Responder = Callable[[ModelRequest], ModelResponse]
 
 _UNASSIGNED = ""
 """The id a tool_use carries until :class:`ScriptedModel` derives one from the request."""
+_WORD = re.compile(r"\s*\S+|\s+")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,19 @@ def call(*uses: ScriptedUse) -> ModelResponse:
     return ModelResponse(content=tuple(blocks), stop_reason="tool_use")
 
 
+def pieces(response: ModelResponse) -> list[str]:
+    """The response's text as a model streams it: word by word, a newline between text blocks.
+
+    Joined, the pieces are the whole text as ``Message.text`` has it.
+    """
+    out: list[str] = []
+    for i, block in enumerate(b for b in response.content if isinstance(b, TextBlock)):
+        if i:
+            out.append("\n")
+        out.extend(_WORD.findall(block.text))
+    return out
+
+
 def derived_id(request: ModelRequest, index: int, name: str) -> str:
     """The id of the ``index``-th tool_use answering ``request``: stable and history-unique."""
     seed = f"{len(request.messages)}:{index}:{name}".encode()
@@ -73,10 +92,14 @@ def derived_id(request: ModelRequest, index: int, name: str) -> str:
 
 @dataclass
 class ScriptedModel:
-    """A ModelClient that answers with ``responder`` and records every request it was sent."""
+    """A ModelClient that answers with ``responder`` and records every request it was sent.
+
+    ``delay``: seconds between two streamed pieces (for demos and tests of streaming).
+    """
 
     responder: Responder
     requests: list[ModelRequest] = field(default_factory=list)
+    delay: float = 0.0
 
     @classmethod
     def from_list(cls, responses: Sequence[ModelResponse]) -> ScriptedModel:
@@ -101,6 +124,8 @@ class ScriptedModel:
         """Record ``request``, then answer it, giving id-less tool_use blocks derived ids."""
         self.requests.append(request)
         response = self.responder(request)
+        if request.on_text is not None:
+            self._stream(response, request.on_text)
         if not any(isinstance(b, ToolUseBlock) and b.id == _UNASSIGNED for b in response.content):
             return response
         content: list[Block] = []
@@ -112,3 +137,10 @@ class ScriptedModel:
                 index += 1
             content.append(block)
         return replace(response, content=tuple(content))
+
+    def _stream(self, response: ModelResponse, on_text: Callable[[str], None]) -> None:
+        pause = threading.Event()
+        for i, piece in enumerate(pieces(response)):
+            if i and self.delay > 0:
+                pause.wait(self.delay)
+            on_text(piece)

@@ -1,0 +1,361 @@
+"""Token streaming: model text deltas become turn events; the durable history keeps whole messages.
+
+* The worker writes what streamed as a few coalesced ``text:delta`` events (at most one per 0.25 s
+  per call, none for a fast model), in offset order, before the ``model_response`` that holds the
+  whole text; the session history holds whole messages only.
+* In the same process every piece is on the live bus at once: ``follow`` yields each character once,
+  live pieces and durable events in the turn's order, whatever call they come from.
+* A call the worker walks away from stops streaming (the model's stream is closed), and writes no
+  piece after its ``model_call_abandoned``.
+* AnthropicModel streams through the real SDK over its HTTP transport (Server-Sent Events bodies):
+  text deltas in order, a newline between text blocks, tool input assembled; an error event inside
+  the stream, a cut stream and a broken connection are model errors of the right kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from loopengine.app.follow import follow
+from loopengine.app.live import BUS, DELTA_FLUSH_SECONDS, LiveBus, Piece, StreamClosed, TextStream
+from loopengine.app.ports import ModelRequest
+from loopengine.domain.clock import FakeClock, SystemClock
+from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
+from loopengine.domain.principals import Principal
+from loopengine.models.anthropic import AnthropicModel
+from loopengine.models.scripted import ScriptedModel, call, pieces, say, use
+from loopengine.stores.sqlite import open_sqlite_stores
+from tests.anthropic_sse import encode, sse_body, sse_events, text_reply
+from tests.harness import Calls, Harness, agent, make_harness
+
+TEXT = " ".join(f"word{i}" for i in range(24)) + "."
+RULES = {"rules": [{"tool": "peek", "decision": "allow"}], "default_decision": "ask"}
+
+
+def _harness(tmp_path: Path, model: ScriptedModel, real_clock: bool = False) -> Harness:
+    calls = Calls()
+    talker = agent("talker", [calls.tool("peek"), calls.tool("refund")], RULES)
+    h = make_harness(tmp_path / f"stream{int(real_clock)}.db", talker, model=model)
+    if real_clock:  # the same runtime on the system clock: pieces and events stamped as in production
+        h.rt.stores.close()
+        stores = open_sqlite_stores(str(tmp_path / "stream-real.db"), SystemClock())
+        h.engine.rt = dataclasses.replace(h.rt, stores=stores)
+    return h
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    made: list[Harness] = []
+
+    def build(model: ScriptedModel, real_clock: bool = False) -> Harness:
+        made.append(_harness(tmp_path, model, real_clock))
+        return made[-1]
+
+    yield build
+    for h in made:
+        h.rt.stores.close()
+
+
+def _slow(script: list[Any], delay: float) -> ScriptedModel:
+    model = ScriptedModel.from_list(script)
+    model.delay = delay
+    return model
+
+
+def _deltas(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "text:delta"]
+
+
+def _joined(deltas: list[dict[str, Any]]) -> str:
+    """The pieces placed by their offsets (each must follow on from the last)."""
+    text = ""
+    for d in deltas:
+        assert d["offset"] == len(text), (d, text)
+        text += d["text"]
+    return text
+
+
+# --- the durable side: coalesced, ordered, whole messages in the history ------------------------
+
+
+def test_a_streamed_answer_is_stored_as_a_few_coalesced_deltas_before_the_whole_message(
+    built: Callable[[ScriptedModel], Harness],
+) -> None:
+    h = built(_slow([say(TEXT)], delay=0.04))  # 25 pieces over about a second
+    started = time.monotonic()
+    out = h.engine.send_message("talker", "hello")
+    took = time.monotonic() - started
+    events = h.engine.audit(out.turn_id)
+    deltas = _deltas(events)
+    assert 2 <= len(deltas) <= took / DELTA_FLUSH_SECONDS + 1, (len(deltas), took)
+    assert len(deltas) < len(pieces(say(TEXT)))  # coalesced: not one write per piece
+    assert len({d["call"] for d in deltas}) == 1
+    joined = _joined(deltas)
+    assert joined and TEXT.startswith(joined) and joined != TEXT  # the tail comes with the whole message
+    kinds = [e["type"] for e in events]
+    assert max(i for i, k in enumerate(kinds) if k == "text:delta") < kinds.index("model_response")
+    assert events[kinds.index("model_response")]["text"] == TEXT
+    history = h.engine.history(out.session_id)
+    assert [m.to_dict() for m in history] == [
+        Message.user_text("hello").to_dict(),
+        Message("assistant", (TextBlock(TEXT),)).to_dict(),
+    ]
+
+
+def test_a_model_that_answers_at_once_writes_no_delta(built: Callable[[ScriptedModel], Harness]) -> None:
+    h = built(ScriptedModel.from_list([say(TEXT)]))
+    out = h.engine.send_message("talker", "hello")
+    assert _deltas(h.engine.audit(out.turn_id)) == []
+
+
+def test_a_call_the_worker_walks_away_from_stops_streaming(
+    built: Callable[[ScriptedModel], Harness],
+) -> None:
+    long_text = " ".join(f"w{i}" for i in range(400))
+    h = built(_slow([say(long_text)], delay=0.02))  # 8 s if nobody stopped it
+    answers: list[Any] = []
+    sender = threading.Thread(
+        target=lambda: answers.append(h.engine.send_message("talker", "hi", "ses-walk"))
+    )
+    sender.start()
+    turn_id = _turn_of(h, "ses-walk")
+    _until(lambda: _deltas(h.rt.stores.turns.events(turn_id)) or None)  # it is streaming
+    h.engine.cancel(turn_id, Principal("ann"))
+    sender.join(timeout=5)
+    assert answers and answers[0].stop_reason.value == "cancelled"
+    published = BUS.position(turn_id)
+    time.sleep(0.3)
+    assert BUS.position(turn_id) == published  # the model's stream was closed: no more pieces
+    assert published < len(pieces(say(long_text)))
+    events = h.engine.audit(turn_id)
+    kinds = [e["type"] for e in events]
+    assert "model_response" not in kinds
+    assert max(i for i, k in enumerate(kinds) if k == "text:delta") < kinds.index("model_call_abandoned")
+
+
+def _turn_of(h: Harness, session_id: str) -> str:
+    """The id of the session's turn, once the message that starts it has landed."""
+    turn_id: str = _until(
+        lambda: next(iter(t.turn_id for t in h.rt.stores.turns.session_turns(session_id)), None)
+    )
+    return turn_id
+
+
+def _until(probe: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None:
+            return found
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+# --- the live side: this process's readers --------------------------------------------------------
+
+
+@pytest.mark.parametrize("real_clock", [True, False], ids=["system-clock", "frozen-clock"])
+def test_follow_gives_each_character_once_in_the_turns_order_across_calls(
+    built: Callable[..., Harness], real_clock: bool
+) -> None:
+    first, last = "Let me look that up for you right away.", "All looked up: nothing more to do here today."
+    h = built(_slow([call(use("peek", {"x": 1}, text=first)), say(last)], delay=0.03), real_clock)
+    sender = threading.Thread(target=lambda: h.engine.send_message("talker", "hi", "ses-follow"))
+    sender.start()
+    turn_id = _turn_of(h, "ses-follow")
+    seen = list(follow(h.engine, turn_id))
+    sender.join(timeout=5)
+    kinds = [e["type"] for e in seen]
+    assert kinds[0] == "started" and "finished" in kinds
+    live = [e for e in seen if e.get("live")]
+    assert len(live) > 4 and all("seq" not in e for e in live)  # pieces, as they came
+    # per call: the pieces (live and durable) spell its text exactly once, before its model_response
+    responses = [i for i, k in enumerate(kinds) if k == "model_response"]
+    assert [seen[i]["text"] for i in responses] == [first, last]
+    calls = list(dict.fromkeys(e["call"] for e in seen if e["type"] == "text:delta"))
+    assert len(calls) == 2
+    for n, (call_id, end) in enumerate(zip(calls, responses, strict=True)):
+        mine = [i for i, e in enumerate(seen) if e["type"] == "text:delta" and e["call"] == call_id]
+        assert _joined([seen[i] for i in mine]) == [first, last][n]
+        assert max(mine) < end
+    # the second call's text comes after the first call's tool outcome
+    assert kinds.index("tool_outcome") < min(
+        i for i, e in enumerate(seen) if e["type"] == "text:delta" and e["call"] == calls[1]
+    )
+    durable = [e["seq"] for e in seen if "seq" in e]
+    assert durable == sorted(durable) and len(set(durable)) == len(durable)
+
+
+def test_follow_from_a_cursor_skips_what_was_seen_and_stops_at_a_pause(
+    built: Callable[[ScriptedModel], Harness],
+) -> None:
+    script = [call(use("refund", {"x": 2}, text="A refund needs a human.")), say("ok")]
+    h = built(ScriptedModel.from_list(script))
+    out = h.engine.send_message("talker", "refund me")
+    everything = list(follow(h.engine, out.turn_id, until_pause=True, timeout=5))
+    kinds = [e["type"] for e in everything]
+    assert kinds.index("paused") + 1 == kinds.index("approval:pending") and "decided" not in kinds
+    assert "".join(e["text"] for e in everything if e["type"] == "text:delta") == "A refund needs a human."
+    cursor = everything[-1]["seq"]
+    assert list(follow(h.engine, out.turn_id, after=cursor, timeout=0.3)) == []  # nothing new, no stale text
+    h.engine.resolve(out.pending[0].pending_id, "deny", Principal("ann"))
+    later = list(follow(h.engine, out.turn_id, after=cursor, timeout=5))
+    assert later[0]["type"] == "decided" and "finished" in [e["type"] for e in later]
+
+
+def test_the_bus_is_bounded_and_a_reader_behind_it_skips_what_fell_out() -> None:
+    bus = LiveBus(pieces=3, turns=2)
+    for i in range(5):
+        bus.publish("t1", Piece("c", i, str(i), float(i)))
+    held = [Piece("c", i, str(i), float(i)) for i in (2, 3, 4)]
+    assert bus.read("t1", 0) == (held, 5)
+    assert bus.read("t1", 4) == ([Piece("c", 4, "4", 4.0)], 5)
+    bus.publish("t2", Piece("c", 0, "x", 0.0))
+    bus.publish("t3", Piece("c", 0, "y", 0.0))  # the least recently written turn is dropped
+    assert bus.position("t1") == 0 and bus.position("t3") == 1
+    assert bus.wait("t3", 0, 0.0) and not bus.wait("t3", 1, 0.01)
+
+
+def test_a_text_stream_flushes_what_came_since_and_refuses_pieces_once_closed() -> None:
+    bus = LiveBus()
+    stream = TextStream("trn_1", FakeClock(), bus)
+    assert stream.flush() is None
+    stream("Hello")
+    stream(", ")
+    first = stream.flush()
+    assert first is not None and (first.offset, first.text) == (0, "Hello, ")
+    stream("world")
+    second = stream.flush()
+    assert second is not None and (second.offset, second.text) == (7, "world")
+    assert [p.text for p in bus.read("trn_1", 0)[0]] == ["Hello", ", ", "world"]
+    stream.close()
+    with pytest.raises(StreamClosed):
+        stream("more")
+
+
+# --- AnthropicModel: the SDK's streaming, over its HTTP transport -------------------------------
+
+API_KEY = "sk-ant-test-streaming-secret"
+LOOKUP = {"order_id": "A-1001", "n": [1, 2]}
+TOOL_REPLY = {
+    **text_reply("First I look.", "Then I ask."),
+    "content": [
+        {"type": "text", "text": "First I look."},
+        {"type": "tool_use", "id": "toolu_9", "name": "lookup_order", "input": LOOKUP},
+        {"type": "text", "text": "Then I ask."},
+    ],
+    "stop_reason": "tool_use",
+}
+
+
+def _request(on_text: Callable[[str], None] | None) -> ModelRequest:
+    return ModelRequest("claude-test", "be brief", 256, [Message.user_text("hi")], [], on_text=on_text)
+
+
+def _model(handler: Callable[[httpx2.Request], httpx2.Response]) -> AnthropicModel:
+    client = anthropic.Anthropic(
+        api_key=API_KEY, max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
+    )
+    return AnthropicModel(client)
+
+
+def _sse(body: bytes | Iterator[bytes]) -> Callable[[httpx2.Request], httpx2.Response]:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        headers = {"content-type": "text/event-stream", "request-id": "req_7"}
+        return httpx2.Response(200, headers=headers, content=body)
+
+    sent: list[httpx2.Request] = []
+    handler.sent = sent  # type: ignore[attr-defined]
+    return handler
+
+
+def test_anthropic_streams_text_deltas_and_assembles_the_message() -> None:
+    handler = _sse(sse_body(TOOL_REPLY, piece=3))
+    got: list[str] = []
+    response = _model(handler).create(_request(got.append))
+    assert b'"stream":true' in handler.sent[0].content.replace(b" ", b"")  # type: ignore[attr-defined]
+    assert len(got) > 5 and "".join(got) == "First I look.\nThen I ask."
+    assert "\n" in got  # the newline between text blocks is a piece of its own
+    assert response.content == (
+        TextBlock("First I look."),
+        ToolUseBlock(id="toolu_9", name="lookup_order", input=LOOKUP),
+        TextBlock("Then I ask."),
+    )
+    assert response.stop_reason == "tool_use" and response.usage["output_tokens"] == 34
+    assert Message("assistant", response.content).text == "".join(got)
+
+
+def test_anthropic_without_on_text_does_not_stream() -> None:
+    seen: list[bytes] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.content)
+        return httpx2.Response(200, json=text_reply("whole"))
+
+    assert _model(handler).create(_request(None)).content == (TextBlock("whole"),)
+    assert b'"stream"' not in seen[0]
+
+
+def _error_event(kind: str) -> bytes:
+    head = b"".join(encode(n, d) for n, d in sse_events(text_reply("partial text"), piece=4)[:3])
+    return head + encode("error", {"type": "error", "error": {"type": kind, "message": f"{kind} mid-stream"}})
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "words"),
+    [
+        (_error_event("overloaded_error"), RetryableModelError, "overloaded_error"),
+        (_error_event("api_error"), RetryableModelError, "api_error"),
+        (_error_event("invalid_request_error"), FatalModelError, "invalid_request_error"),
+        (sse_body(text_reply("cut short"))[:-60], RetryableModelError, "ended before its message"),
+        (b"", RetryableModelError, "ended before its message"),
+    ],
+)
+def test_anthropic_stream_failures_are_model_errors_of_the_right_kind(
+    body: bytes, error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words) as caught:
+        _model(_sse(body)).create(_request(lambda _t: None))
+    assert API_KEY not in str(caught.value)
+    other = FatalModelError if error is RetryableModelError else RetryableModelError
+    assert not isinstance(caught.value, other)
+
+
+def test_anthropic_a_connection_broken_mid_stream_is_retryable() -> None:
+    def broken() -> Iterator[bytes]:
+        yield sse_body(text_reply("never finished"))[:700]
+        raise httpx2.ReadError("connection reset by peer")
+
+    got: list[str] = []
+    with pytest.raises(RetryableModelError, match="broke off"):
+        _model(_sse(broken())).create(_request(got.append))
+    assert "".join(got)  # what came before the break was handed over
+
+
+def test_anthropic_a_caller_that_walks_away_ends_the_stream() -> None:
+    sent: list[int] = []
+
+    def endless() -> Iterator[bytes]:
+        events = sse_events(text_reply("x" * 4000), piece=1)
+        for name, data in events:
+            sent.append(1)
+            yield encode(name, data)
+
+    def walk_away(piece: str) -> None:
+        if len(sent) > 20:
+            raise StreamClosed("mc_1")
+
+    with pytest.raises(StreamClosed):
+        _model(_sse(endless())).create(_request(walk_away))
+    assert len(sent) < 100  # the SDK stopped reading: the response was closed
