@@ -2,7 +2,8 @@
 
 Callers pass the environment in (``os.environ`` in handlers and the CLI, a dict in tests), so no
 module reads the process environment behind anyone's back. Heavy adapters are imported only when
-chosen: the SQLite path never imports boto3, the scripted model never imports anthropic.
+chosen: the SQLite path never imports boto3, the scripted model never imports anthropic, and the
+``mcp`` SDK loads only when a turn lists or calls an agent's MCP server.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.domain.clock import Clock, SystemClock
 from loopengine.domain.errors import ConfigError
+from loopengine.mcp.agents import McpAgents
+from loopengine.mcp.client import HttpMcpConnector
 
 if TYPE_CHECKING:
     from loopengine.app.engine import Engine
@@ -143,9 +146,11 @@ def build_runtime(
     clock = clock or SystemClock()
     registry = registry or AgentRegistry.from_env(env)
     tuned = timings(env)
+    mcp = HttpMcpConnector(env)
     return Runtime(
         stores=stores or open_stores(env, clock),
-        agents=registry,
+        agents=McpAgents(registry, mcp),
+        mcp=mcp,
         model_for=ModelChooser(env, registry),
         notifier_for=NotifierChooser(env, clock),
         invoker=invoker,

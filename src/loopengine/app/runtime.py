@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from loopengine.app.ports import Change, Committed, ModelClient, Notifier, ResumeInvoker, Stores
 from loopengine.authoring.agent import AgentConfig, from_snapshot
+from loopengine.authoring.mcp import McpConnector
 from loopengine.authoring.tools import ToolFn
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.errors import Conflict, NotFound, VersionConflict
@@ -55,6 +56,8 @@ class Runtime:
     max_model_failures: int = 5
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
+    mcp: McpConnector | None = None
+    """The MCP client pinned MCP tools call through (None: they answer that none is configured)."""
     _configs: dict[tuple[str, str], AgentConfig] = field(default_factory=dict, repr=False)
 
     def config_of(self, turn: TurnRecord) -> AgentConfig:
@@ -71,7 +74,7 @@ class Runtime:
             snapshot = self.stores.turns.get_config(config_hash)
             if snapshot is None:
                 raise NotFound(f"config snapshot {config_hash} of agent {agent!r} is missing")
-            self._configs[key] = from_snapshot(snapshot, self.agents.code(agent))
+            self._configs[key] = from_snapshot(snapshot, self.agents.code(agent), self.mcp)
         return self._configs[key]
 
     def transition(

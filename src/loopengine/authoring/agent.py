@@ -20,6 +20,7 @@ from typing import Any
 
 from loopengine.authoring.agent_schema import AgentFile
 from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT
+from loopengine.authoring.mcp import McpConnector, McpPin, McpServer, executor, servers_from_snapshot
 from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
@@ -51,6 +52,9 @@ class AgentConfig:
     extra: JsonDict = field(default_factory=dict)
     live_wait: float | None = None
     notifiers: list[JsonDict] | None = None
+    mcp_servers: tuple[McpServer, ...] = ()
+    mcp_pins: dict[str, McpPin] = field(default_factory=dict)
+    """The MCP tools among ``tools``, by name: their server, the server's name and the pinned hash."""
 
     def targets(self) -> tuple[NotifierTarget, ...]:
         """Where this config's notifications go: ``t0``, ``t1``, ... (one, the default, if it names none)."""
@@ -92,7 +96,8 @@ class AgentConfig:
             "system": self.system,
             "max_tokens": self.max_tokens,
             "max_iterations": self.max_iterations,
-            "tools": [t.spec() for t in self.tools],
+            "tools": [self._entry(t) for t in self.tools],
+            **({"mcp_servers": [s.to_dict() for s in self.mcp_servers]} if self.mcp_servers else {}),
             "rules": self.rules.source,
             "notifier": self.notifier,
             **({"notifiers": self.notifiers} if self.notifiers is not None else {}),
@@ -106,6 +111,11 @@ class AgentConfig:
             **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
             **({"tool_timeouts": timeouts} if (timeouts := self._timeouts()) else {}),
         }
+
+    def _entry(self, tool: Tool) -> JsonDict:
+        """A tool's snapshot entry: its spec, and for an MCP tool its pin."""
+        pin = self.mcp_pins.get(tool.name)
+        return {**tool.spec(), "mcp": pin.to_dict()} if pin is not None else tool.spec()
 
     def _timeouts(self) -> dict[str, float]:
         """Tools' timeouts that are set (the default is left out, so it moves no config hash)."""
@@ -122,16 +132,26 @@ def snapshot_hash(snapshot: JsonDict) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
+def from_snapshot(
+    snapshot: JsonDict, code: dict[str, ToolFn], mcp: McpConnector | None = None
+) -> AgentConfig:
     """Rebuild a config from a stored snapshot; tool code comes from ``code`` by name.
 
     A tool whose code no longer exists still has its schema (the model saw it); calling it
-    yields an error result instead of running something else.
+    yields an error result instead of running something else. An MCP tool runs through ``mcp``
+    under its pin (server, tool, hash), without listing the server again.
     """
     tools = []
     timeouts = snapshot.get("tool_timeouts") or {}
+    servers = servers_from_snapshot(snapshot)
+    pins = {s["name"]: McpPin.from_dict(s["mcp"]) for s in snapshot["tools"] if s.get("mcp")}
     for spec in snapshot["tools"]:
-        fn = code.get(spec["name"]) or _missing(spec["name"])
+        pin = pins.get(spec["name"])
+        fn = (
+            executor(servers.get(pin.server), pin, mcp)
+            if pin
+            else code.get(spec["name"]) or _missing(spec["name"])
+        )
         timeout = timeouts.get(spec["name"])
         tools.append(Tool(spec["name"], spec["description"], spec["input_schema"], fn, timeout))
     return AgentConfig(
@@ -148,6 +168,8 @@ def from_snapshot(snapshot: JsonDict, code: dict[str, ToolFn]) -> AgentConfig:
         extra=dict(snapshot.get("extra") or {}),
         live_wait=snapshot.get("live_wait"),
         notifiers=snapshot.get("notifiers"),
+        mcp_servers=tuple(servers.values()),
+        mcp_pins=pins,
     )
 
 
@@ -185,4 +207,5 @@ def build_config(
         else None,
         live_wait=agent.live_wait,
         notifiers=raw_agent.get("notifiers"),
+        mcp_servers=tuple(McpServer.from_model(m) for m in agent.mcp_servers or ()),
     )

@@ -17,9 +17,10 @@ from pydantic import AfterValidator, Field, model_validator
 
 from loopengine.authoring.channel_registry import CHANNELS as CHANNELS  # re-exported: the one list
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT
+from loopengine.authoring.mcp import McpServerModel, covered, mcp_names, mcp_problems
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.notifications import EVENTS as EVENTS  # re-exported
-from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict
+from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict, location
 from loopengine.domain.yaml_lines import Lines, Problem
 
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
@@ -79,6 +80,7 @@ class AgentFile(Strict):
     on_expiry: OnExpiry | None = None
     live_wait: Duration | None = None
     tool_timeouts: dict[str, Duration] | None = None
+    mcp_servers: list[McpServerModel] | None = None
 
     @model_validator(mode="after")
     def _expiry_needs_ttl(self) -> AgentFile:
@@ -117,8 +119,15 @@ def cross_check(
             msg = f"tools[{index}]: {name!r} is not defined in tools.py (it defines: {known})"
             found.append(Problem(file, lines.line(("tools", index)), msg))
     have = set(wanted)
+    mcp = agent.mcp_servers or []
+    found += [
+        Problem(file, lines.line(loc), f"{location(loc)}: {msg}") for loc, msg in mcp_problems(mcp, wanted)
+    ]
     for name in agent.tool_timeouts or {}:
-        if name not in have:
+        if name not in have and covered(mcp, name):
+            msg = f"tool_timeouts.{name}: an MCP tool's time limit is its server's timeout (mcp_servers)"
+            found.append(Problem(file, lines.line(("tool_timeouts", name)), msg))
+        elif name not in have:
             known = ", ".join(wanted) or "none"
             msg = f"tool_timeouts.{name}: {name!r} is not a tool of this agent (its tools: {known})"
             found.append(Problem(file, lines.line(("tool_timeouts", name)), msg))
@@ -128,8 +137,8 @@ def cross_check(
         if rule.tool == ASK_USER:
             msg = f"{ASK_USER} is not gated: the model's questions always go to the user"
             found.append(Problem(file, at, f"rules[{index}].tool: {msg}"))
-        elif rule.tool != "*" and rule.tool not in have:
-            known = ", ".join(wanted) or "none"
+        elif rule.tool != "*" and rule.tool not in have and not covered(mcp, rule.tool):
+            known = ", ".join([*wanted, *mcp_names(mcp)]) or "none"
             msg = (
                 f"rules[{index}].tool: {rule.tool!r} is not a tool of this agent (its tools: {known}; or '*')"
             )
@@ -148,6 +157,7 @@ def target_problems(
     """
     file, lines = agent_file
     found: list[Problem] = []
+    mcp = agent.mcp_servers or []
     if agent.notifier is not None and agent.notifiers is not None:
         msg = (
             f"notifiers: give either notifier (one target, line {lines.line(('notifier',))}) or notifiers "
@@ -166,7 +176,7 @@ def target_problems(
             at = lines.line((*loc, "tools", index))
             if name in (target.tools or [])[:index]:
                 found.append(Problem(file, at, f"{where}.tools[{index}]: {name!r} is listed twice"))
-            elif tools is not None and name != ASK_USER and name not in tools:
+            elif tools is not None and name != ASK_USER and name not in tools and not covered(mcp, name):
                 known = ", ".join(tools) or "none"
                 msg = (
                     f"{where}.tools[{index}]: {name!r} is not a tool of this agent (its tools: {known}; "
