@@ -55,6 +55,12 @@ UNKNOWN_EXPECTED = {("tool_claimed", 1): "l1", ("tool_claimed", 2): "r1", ("tool
 UNKNOWN_EXPECTED[("tool_returned", 2)] = "r1"
 STORES = {"sqlite": make_sqlite, "dynamodb": make_dynamodb}
 MATRIX: dict[tuple[str, int], dict[str, str]] = {}
+PRODUCTION_LEASE = 60.0
+"""docs/reliability.md: a lease lasts 60 s (Runtime's default, checked below)."""
+SWEEP_INTERVAL = 60.0
+"""template.yaml's SweepSchedule default, rate(1 minute) (checked below)."""
+STEP = 61.0
+"""How far the clock moves between sweeps in a run: just past one sweep interval."""
 
 
 class Crash(BaseException):
@@ -128,6 +134,7 @@ def _run(stores: Stores, clock: FakeClock, killer: Killer) -> dict[str, Any]:
     calls = Calls()
     engine, invoker, notifier, _ = _engine(stores, calls)
     how: list[str] = []
+    started, rest_after = clock.now(), None
     with faults.inject(killer):
         try:
             engine.send_message("shop", "refund and tell me", session_id="ses_matrix")
@@ -137,6 +144,7 @@ def _run(stores: Stores, clock: FakeClock, killer: Killer) -> dict[str, Any]:
             invoker.deliver(engine)
             (turn,) = stores.turns.session_turns("ses_matrix")
             if turn.status is TurnStatus.FINISHED:
+                rest_after = clock.now() - started
                 break
             out = engine.outcome(turn.turn_id)
             if out.status is TurnStatus.PAUSED and out.pending:
@@ -146,7 +154,7 @@ def _run(stores: Stores, clock: FakeClock, killer: Killer) -> dict[str, Any]:
                     except Crash:
                         how.append("click died; clicked again")
                 continue
-            clock.advance(61)
+            clock.advance(STEP)
             try:
                 swept = engine.sweep()
             except Crash:
@@ -181,6 +189,7 @@ def _run(stores: Stores, clock: FakeClock, killer: Killer) -> dict[str, Any]:
         "runs": {name: calls.count(name) for name in ("lookup", "refund", "email")},
         "approvals": len(approvals),
         "how": sorted(set(how)),
+        "rest_after": rest_after,
     }
 
 
@@ -210,6 +219,13 @@ def test_a_crash_at_every_point_ends_at_rest_with_nothing_run_twice(
     if expected_unknown is None:
         assert got["runs"] == {"lookup": 1, "refund": 1, "email": 1}
     assert got["approvals"] == 2, "each approval was announced (at least once)"
+    # time to rest: a dead runner's turn moves on once its lease ran out and the next sweep came,
+    # so no crash costs more than a lease plus a sweep interval (rounded up to whole sweep steps)
+    assert got["rest_after"] is not None
+    bound = STEP * -(-(PRODUCTION_LEASE + SWEEP_INTERVAL) // STEP)
+    assert got["rest_after"] <= bound, (
+        f"rested after {got['rest_after']:.0f} s of fake time, bound {bound:.0f}"
+    )
     MATRIX.setdefault((point, nth), {})[name] = (
         f"finished; runs {'/'.join(str(v) for v in got['runs'].values())}; "
         f"unknown {','.join(got['unknown']) or '-'}; via {', '.join(got['how']) or 'the same request'}"
@@ -222,3 +238,13 @@ def teardown_module() -> None:
     print("\n\ncrash point        | sqlite | dynamodb")
     for (point, nth), row in sorted(MATRIX.items()):
         print(f"{point + ' #' + str(nth):18} | {row.get('sqlite', '?')} | {row.get('dynamodb', '?')}")
+
+
+def test_the_bound_uses_the_production_settings() -> None:
+    """The time-to-rest bound above is only meaningful while these are what production runs."""
+    import re
+
+    assert Runtime.lease_seconds == PRODUCTION_LEASE and Runtime.handoff_grace <= PRODUCTION_LEASE
+    template = (Path(__file__).resolve().parent.parent / "template.yaml").read_text()
+    schedule = re.search(r"SweepSchedule:.*?Default: (rate\([^)]*\))", template, re.S)
+    assert schedule is not None and schedule.group(1) == "rate(1 minute)"
