@@ -8,6 +8,7 @@ the whole batch: nothing in it runs, siblings are reported ``skipped``.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ from loopengine.authoring.tools import ASK_USER, ASK_USER_SPEC, args_hash, resul
 from loopengine.domain import notifications, outcomes
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.decisions import Approve
-from loopengine.domain.errors import InvalidInput, ToolOutcomeUnknown
+from loopengine.domain.errors import InvalidInput, StoreError, ToolOutcomeUnknown
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
@@ -232,10 +233,34 @@ def _record(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock
     done = CallRecord(
         call.turn_id, call.tool_use_id, call.tool, call.started_at, outcome, result.to_dict(), now
     )
-    rt.stores.turns.finish_call(done)
+    _write_outcome(rt, done)
     rt.event(
         call.turn_id, "tool_outcome", toolUseId=call.tool_use_id, tool=call.tool, outcome=outcome, **notes
     )
+
+
+OUTCOME_WRITE_ATTEMPTS = 8
+"""Tries of a call's outcome write (0.05 s doubling to 2 s between them: about 7 s in all)."""
+
+
+def _write_outcome(rt: Runtime, done: CallRecord) -> None:
+    """Record a call's outcome, retrying a transient store error with backoff.
+
+    The call has run and its result is in hand: giving up here would make it ``unknown`` for good
+    (the next worker finds it started with no outcome). The worker holds the turn while it retries
+    (its heartbeat renews the lease); only when the store stays down past the retries does the error
+    go up, and then the outcome is ``unknown``, as for a process that died.
+    """
+    pause, waiter = 0.05, threading.Event()
+    for attempt in range(1, OUTCOME_WRITE_ATTEMPTS + 1):
+        try:
+            rt.stores.turns.finish_call(done)
+            return
+        except StoreError:
+            if attempt == OUTCOME_WRITE_ATTEMPTS:
+                raise
+            waiter.wait(pause)
+            pause = min(pause * 2, 2.0)
 
 
 def _as_result(data: JsonDict) -> ToolResultBlock:
