@@ -159,6 +159,7 @@ def build_runtime(
         lease_seconds=tuned.get("lease_seconds", Runtime.lease_seconds),
         handoff_grace=tuned.get("handoff_grace", Runtime.handoff_grace),
         model_retry_seconds=tuned.get("model_retry_seconds", Runtime.model_retry_seconds),
+        max_waits=_positive_int(env, "LOOPENGINE_MAX_WAITS", Runtime.max_waits),
     )
 
 
@@ -194,3 +195,13 @@ def build_engine(
     if inline is not None:
         inline.resume = engine.resume
     return engine
+
+
+def _positive_int(env: Mapping[str, str], var: str, default: int) -> int:
+    """``env[var]`` as a whole number >= 1 (``default`` when unset); ConfigError when malformed."""
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{var} must be a whole number of at least 1, not {raw[:40]!r}")
+    return int(raw)

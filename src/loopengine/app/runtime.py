@@ -54,6 +54,8 @@ class Runtime:
     handoff_grace: float = 60.0
     model_retry_seconds: float = 30.0
     max_model_failures: int = 5
+    max_waits: int = 8
+    """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/waits.py)."""
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
     mcp: McpConnector | None = None
@@ -91,7 +93,9 @@ class Runtime:
         ``decide(turn, checkpoint)`` (pure; it may run more than once) returns the
         :class:`~loopengine.app.ports.Change` to write, or ``None`` to decline (then the result is
         ``None``). A lost race brings the stored record of whichever side conflicted and
-        ``decide`` runs again on it. ``turn`` / ``cp`` are records the caller already holds: the
+        ``decide`` runs again on it; a session append that lost (the history moved: ``current`` is its
+        length) is raised as VersionConflict at once, for the caller to re-plan from the new history.
+        ``turn`` / ``cp`` are records the caller already holds: the
         first attempt writes on them without reading (a stale one just costs the conflict).
         Events of a landed change are passed to the observer.
         """
@@ -108,6 +112,8 @@ class Runtime:
             try:
                 done = self.stores.turns.commit(change)
             except VersionConflict as conflict:
+                if isinstance(conflict.current, int):  # the session moved: the append itself is stale,
+                    raise  # so retrying it cannot succeed; the caller re-plans from the history
                 if isinstance(conflict.current, TurnCheckpoint):
                     cp = conflict.current
                 elif isinstance(conflict.current, TurnRecord):
