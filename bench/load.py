@@ -50,16 +50,16 @@ import time
 from pathlib import Path
 
 from agents.customer_service import tools as shipped
-from loopengine.authoring.tools import Tool
+from loopengine import Tool, ToolContext
 
 LEDGER = Path(__file__).parent / "ledger.log"
 DELAY = float(os.environ.get("LOAD_TOOL_DELAY") or 0)
 
 
 def _logged(tool):
-    def run(args):
+    def run(args, ctx: ToolContext):
         with LEDGER.open("a") as out:
-            out.write(json.dumps({"tool": tool.name}) + "\\n")
+            out.write(json.dumps({"tool": tool.name, "turn": ctx.turn_id, "call": ctx.call_id}) + "\\n")
         time.sleep(DELAY)  # a slower backend: kills land mid-call more often
         return tool.execute(args)
 
@@ -70,6 +70,7 @@ TOOLS = [Tool(t.name, t.description, t.input_schema, _logged(t)) for t in shippe
 """
 SCRIPT_PY = "from agents.customer_service.script import respond  # noqa: F401\n"
 FAST = {"LOOPENGINE_LEASE_SECONDS": "2", "LOOPENGINE_HANDOFF_GRACE_SECONDS": "1"}
+"""Short lease and grace, only with ``--fast`` (the smoke test): the default is production's (60 s)."""
 ERRORS = (OSError, http.client.HTTPException, ValueError)
 
 
@@ -80,7 +81,9 @@ class Report:
     sessions: int = 0
     turns: int = 0
     finished: int = 0
+    replaced: int = 0
     stuck: int = 0
+    duplicated_turns: int = 0
     double_runs: int = 0
     protocol_violations: int = 0
     unknown_outcomes: int = 0
@@ -98,6 +101,8 @@ class Report:
             ("sessions", self.sessions),
             ("turns", self.turns),
             ("finished", f"{self.finished} {dict(sorted(self.stop_reasons.items()))}"),
+            ("replaced (superseded)", self.replaced),
+            ("re-sent messages that made a 2nd turn", self.duplicated_turns),
             ("stuck (not at rest)", self.stuck),
             ("double runs", self.double_runs),
             ("protocol violations", self.protocol_violations),
@@ -123,7 +128,13 @@ class Report:
     @property
     def ok(self) -> bool:
         """Every turn at rest, nothing ran twice, every history well formed."""
-        return self.stuck == 0 and self.double_runs == 0 and self.protocol_violations == 0
+        return (
+            self.stuck == 0
+            and self.double_runs == 0
+            and self.protocol_violations == 0
+            and self.replaced == 0
+            and self.duplicated_turns == 0
+        )
 
 
 def _percentile(values: list[float], pct: int) -> float:
@@ -147,12 +158,13 @@ class Run:
     """One load run: the server, its store (read directly for the checks) and the clients."""
 
     def __init__(
-        self, work: Path, workers: int, sweep_interval: float, tool_delay: float, quiet: bool
+        self, work: Path, workers: int, sweep_interval: float, tool_delay: float, quiet: bool, fast: bool
     ) -> None:
         self.db = work / "load.db"
         self.folder = write_agent(work / "agents")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
-        env.update(FAST)
+        if fast:
+            env.update(FAST)
         env.update(
             LOOPENGINE_DB=str(self.db),
             LOOPENGINE_AGENTS_PATH=str(work / "agents"),
@@ -170,10 +182,14 @@ class Run:
         with self._lock:
             self.report.latencies.setdefault(kind, []).append(seconds)
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]] | None:
+    def call(
+        self, method: str, path: str, body: Any = None, key: str | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
         """One request; ``None`` (and a short pause) when the server is down or the answer lost."""
         try:
-            return request(self.dev.port, method, path, body)
+            return request(
+                self.dev.port, method, path, body, headers={"Idempotency-Key": key} if key else None
+            )
         except ERRORS:
             with self._lock:
                 self.report.client_retries += 1
@@ -195,15 +211,18 @@ class Run:
         deadline = began + timeout
         turn_id: str | None = None
         message = {"message": "Order A-1001 arrived broken.", "sessionId": session_id}
+        key = f"{session_id}-message"  # the same key for every send of this one message
         while time.monotonic() < deadline:
             if turn_id is None:
                 t = time.monotonic()
-                got = self.call("POST", f"/agents/{AGENT}/messages", message)
+                got = self.call("POST", f"/agents/{AGENT}/messages", message, key)
                 if got is not None and got[0] in (200, 202):
                     self.note("message", time.monotonic() - t)
                     turn_id = got[1]["turnId"]
-                elif got is None or got[0] >= 500:
-                    turn_id = self.turn_of(session_id)
+                    again = self.call("POST", f"/agents/{AGENT}/messages", message, key)  # a client retry
+                    if again is not None and again[0] < 300 and again[1].get("turnId") != turn_id:
+                        with self._lock:
+                            self.report.duplicated_turns += 1
                 continue
             got = self.call("GET", f"/turns/{turn_id}")
             if got is None or got[0] != 200:
@@ -273,7 +292,10 @@ class Run:
                     rep.protocol_violations += 1
                 for turn in turns:
                     rep.turns += 1
-                    if turn.status is TurnStatus.FINISHED:
+                    superseded = turn.stop_reason is not None and turn.stop_reason.value == "superseded"
+                    if turn.status is TurnStatus.FINISHED and superseded:
+                        rep.replaced += 1
+                    elif turn.status is TurnStatus.FINISHED:
                         rep.finished += 1
                         reason = turn.stop_reason.value if turn.stop_reason else "?"
                         rep.stop_reasons[reason] = rep.stop_reasons.get(reason, 0) + 1
@@ -287,11 +309,15 @@ class Run:
         finally:
             stores.close()
         ran: dict[str, int] = {}
+        per_call: dict[tuple[str, str], int] = {}
         ledger = self.folder / "ledger.log"
         for line in ledger.read_text().splitlines() if ledger.exists() else []:
-            tool = json.loads(line)["tool"]
-            ran[tool] = ran.get(tool, 0) + 1
-        rep.double_runs = sum(max(0, n - claims.get(tool, 0)) for tool, n in ran.items())
+            entry = json.loads(line)
+            ran[entry["tool"]] = ran.get(entry["tool"], 0) + 1
+            call_id = (entry["turn"], entry["call"])
+            per_call[call_id] = per_call.get(call_id, 0) + 1
+        # a call id (turn, tool_use id) that ran more than once ran twice, whatever the totals say
+        rep.double_runs = sum(n - 1 for n in per_call.values() if n > 1)
         rep.executions = {t: (ran.get(t, 0), claims.get(t, 0)) for t in sorted({*ran, *claims})}
 
 
@@ -304,10 +330,11 @@ def run(
     tool_delay: float = 0.0,
     quiet: bool = True,
     session_timeout: float = 120.0,
+    fast: bool = False,
 ) -> Report:
     """Drive ``sessions`` through a fresh ``loopengine dev``; return the report."""
     with tempfile.TemporaryDirectory(prefix="loopengine-load-") as tmp:
-        load = Run(Path(tmp), workers, sweep_interval, tool_delay, quiet)
+        load = Run(Path(tmp), workers, sweep_interval, tool_delay, quiet, fast)
         began = time.monotonic()
         load.dev.start()
         try:
@@ -317,7 +344,7 @@ def run(
             with ThreadPoolExecutor(clients) as pool:
                 list(pool.map(lambda sid: load.drive(sid, session_timeout), ids))
             killer.join()
-            load.settle(30.0)
+            load.settle(30.0 if fast else 60.0 + 60.0 + 2 * sweep_interval + 30.0)  # lease + grace + sweeps
             load.report.seconds = time.monotonic() - began
         finally:
             load.dev.stop()
@@ -333,12 +360,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="execution environments of the server")
     parser.add_argument("--sweep-interval", type=float, default=1.0)
     parser.add_argument("--tool-delay", type=float, default=0.0, help="seconds each tool call takes")
+    parser.add_argument("--fast", action="store_true", help="2 s lease / 1 s grace instead of production's")
     args = parser.parse_args()
     print(
         f"load: {args.sessions} sessions x {args.clients} clients, {args.kills} kill -9 restarts, "
         f"tools take {args.tool_delay:g} s ..."
     )
-    report = run(args.sessions, args.clients, args.kills, args.workers, args.sweep_interval, args.tool_delay)
+    report = run(
+        args.sessions,
+        args.clients,
+        args.kills,
+        args.workers,
+        args.sweep_interval,
+        args.tool_delay,
+        fast=args.fast,
+    )
     print(report.table())
     print("OK: every turn at rest" if report.ok else "FAILED: see above")
     return 0 if report.ok else 1

@@ -27,11 +27,18 @@ def free_port() -> int:
 
 
 def request(
-    port: int, method: str, path: str, body: Any = None, auth: str = AUTH
+    port: int,
+    method: str,
+    path: str,
+    body: Any = None,
+    auth: str = AUTH,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     req.add_header("Authorization", auth)
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=20) as resp:
