@@ -1,13 +1,13 @@
 """Benchmarks (not timed tests): cold-start imports, per-turn overhead, store requests per step.
 
-Run with ``make bench``. Prints medians over repeated runs; nothing here asserts a time.
+Run with ``make bench``. Prints medians over repeated runs; nothing here asserts a time. The cold-start
+part is bench/cold_import.py (each handler against the floor of its own dependencies; its JSON result
+goes to bench/results/cold_import.json).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.harness import Calls, StaticAgents, agent  # noqa: E402
 
+from bench import cold_import  # noqa: E402
 from loopengine.app.engine import Engine  # noqa: E402
 from loopengine.app.invokers import InlineInvoker  # noqa: E402
 from loopengine.app.resolution import Decider  # noqa: E402
@@ -26,30 +27,7 @@ from loopengine.domain.clock import SystemClock  # noqa: E402
 from loopengine.models.scripted import ScriptedModel  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
 
-PROBE = """
-import sys, time
-t = time.perf_counter()
-import {module}
-dt = time.perf_counter() - t
-heavy = [m for m in ("anthropic", "boto3", "httpx", "jsonschema", "aws_xray_sdk") if m in sys.modules]
-print(dt, ",".join(heavy))
-"""
-
-
-def cold_import(module: str, runs: int = 5) -> tuple[float, str]:
-    times, heavy = [], ""
-    env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": "true"}
-    for _ in range(runs):
-        out = subprocess.run(
-            [sys.executable, "-c", PROBE.format(module=module)],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
-        ).stdout.split()
-        times.append(float(out[0]))
-        heavy = out[1] if len(out) > 1 else "-"
-    return statistics.median(times), heavy
+COLD_ROUNDS = 11
 
 
 def pause_resolve(runs: int = 30) -> tuple[float, float]:
@@ -81,12 +59,12 @@ def pause_resolve(runs: int = 30) -> tuple[float, float]:
 
 def main() -> None:
     print("loopengine benchmarks (medians)")
-    print("\n-- cold start: importing a handler module in a fresh interpreter --")
-    base, _ = cold_import("json")
-    for module in ("handlers.api", "handlers.resume", "loopengine.app.engine", "anthropic"):
-        dt, heavy = cold_import(module)
-        print(f"  import {module:<20} {dt * 1000:7.1f} ms   heavy modules loaded: {heavy or '-'}")
-    print(f"  (baseline interpreter import of json: {base * 1000:.1f} ms)")
+    print(f"\n-- cold start: each handler's import against its floor, {COLD_ROUNDS} alternating rounds --")
+    results = cold_import.run(COLD_ROUNDS)
+    print("  " + cold_import.table(results).replace("\n", "\n  "))
+    cold_import.write(results, cold_import.RESULT)
+    written = cold_import.RESULT.relative_to(ROOT)
+    print(f"  (target <= {cold_import.TARGET}x; written: {written}; see docs/performance.md)")
     print("\n-- per-turn overhead on SQLite (scripted model, no network) --")
     pause, resolve = pause_resolve()
     print(f"  message -> pause (1 allowed call + 1 pending): {pause * 1000:.2f} ms")

@@ -6,7 +6,9 @@ is generated from them. Field names are the wire's camelCase. Requests ignore un
 newer client may send more); responses list every field they carry (``additionalProperties: false``),
 so a response that drifts from its model fails the contract tests.
 
-pydantic only: no boto3, no Powertools (the core stays importable without them).
+pydantic only: no boto3, no Powertools (the core stays importable without them). Every model is
+built on first use (``defer_build``): a cold start validates with the few a route needs, not all of
+them (under SnapStart all are built before the snapshot, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -50,13 +52,13 @@ def omitted(description: str) -> Any:
 class Request(BaseModel):
     """A request body: unknown fields are ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
 class Reply(BaseModel):
     """A response body: exactly the fields listed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 # -- requests ---------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ class SessionView(Reply):
 class TurnEvent(BaseModel):
     """One audit event of a turn: its ``seq``, ``type`` and time, plus the fields of that type."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     seq: int = Field(ge=1)
     type: str
@@ -294,7 +296,7 @@ class Health(Reply):
 class ErrorBody(BaseModel):
     """Every error: a code and a message (a 409 may add ``turnId`` / ``pendingItems``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     error: str = Field(description="a stable code: invalid_input, bad_json, unauthorized, not_found, ...")
     message: str

@@ -28,7 +28,10 @@ Trigger = Literal["message", "resume", "schedule"]
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # built on first use (defer_build): a cold start that sends no notification never builds them
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True
+    )
 
     turn_id: str
     session_id: str

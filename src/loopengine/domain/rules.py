@@ -86,9 +86,12 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 
 
 class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors, no type coercion ("1" is not 1)."""
+    """Base of every config model: unknown keys are errors, no type coercion ("1" is not 1).
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    Built on first use (``defer_build``): a process that never parses an agent file never builds them.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class WhenModel(Strict):

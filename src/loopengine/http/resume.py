@@ -14,13 +14,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.domain.errors import NotFound
 from loopengine.http import root
-from loopengine.http.observability import flush, logger, tracer
+from loopengine.http.observability import flush, logger
 
 SAFETY_SECONDS = 30.0
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point."""
     turn_id = event.get("turnId") if isinstance(event, dict) else None

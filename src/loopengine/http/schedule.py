@@ -18,13 +18,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.domain.errors import LoopengineError
 from loopengine.http import root
-from loopengine.http.observability import flush, logger, tracer
+from loopengine.http.observability import flush, logger
 
 SAFETY_SECONDS = 30.0
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point."""
     if isinstance(event, dict) and event.get("action") == "sweep":

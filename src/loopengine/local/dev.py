@@ -17,7 +17,7 @@ import secrets
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from loopengine.channels.inbox.csrf import SECRET_ENV as INBOX_SECRET_ENV
 from loopengine.local import dev_guard as guard
@@ -28,6 +28,9 @@ from loopengine.local.dev_http import Handler as Handler
 from loopengine.local.dev_http import LocalContext as LocalContext
 from loopengine.local.dev_http import make_server as make_server
 from loopengine.local.dev_http import to_event as to_event
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 def _ignore_interrupts() -> None:
@@ -41,7 +44,8 @@ def _ignore_interrupts() -> None:
 def _invoke(event: dict[str, Any]) -> dict[str, Any]:
     from loopengine.http import api
 
-    result: dict[str, Any] = api.handler(event, LocalContext())
+    context = cast("LambdaContext", LocalContext())  # the attributes the handlers read, duck-typed
+    result: dict[str, Any] = api.handler(event, context)
     return result
 
 

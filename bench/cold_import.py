@@ -1,0 +1,279 @@
+"""Cold import of each Lambda handler against the floor of its own third-party dependencies.
+
+Each round imports a handler module (``handlers.api`` ...) in a fresh interpreter and, alternating
+with it in the same run, a fresh interpreter that imports only that handler's own dependencies (its
+*floor*, :data:`FLOORS`: boto3, pydantic, PyYAML and the Powertools pieces it uses). The medians of
+wall and CPU time give the ratio handler / floor, which the contract wants at most :data:`TARGET`
+(docs/performance.md "Cold start"). It also lists what each import pulls in: the count of modules,
+our own and third-party, and which modules of :data:`WATCH` (SDKs a handler's cold import should
+not load unless it needs them) are among them.
+
+    python bench/cold_import.py [--rounds N] [--out bench/results/cold_import.json] [--check]
+
+``--check`` exits 1 when a ratio is above the target. The times depend on the machine and its load
+(the alternation puts both sides under the same load); tests/test_cold_start.py asserts only the
+module sets, never a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "bench" / "results" / "cold_import.json"
+TARGET = 1.3
+"""A handler's cold import may cost at most this many times its floor (wall and CPU medians)."""
+
+_COMMON = (
+    "import boto3\n"
+    "import yaml\n"
+    "from pydantic import BaseModel, ConfigDict, Field\n"
+    # pydantic imports its schema builder with the first model a program defines
+    "class Floor(BaseModel):\n"
+    "    model_config = ConfigDict(extra='forbid')\n"
+    "    name: str = Field(default='', max_length=8)\n"
+    "from aws_lambda_powertools import Logger, Metrics\n"
+)
+FLOORS: dict[str, str] = {
+    # the api: Powertools' HTTP API resolver as the api builds it (validation on, which loads
+    # Powertools' own request/response validation middleware)
+    "handlers.api": _COMMON
+    + (
+        "from aws_lambda_powertools.event_handler import APIGatewayHttpResolver\n"
+        "APIGatewayHttpResolver(enable_validation=True)\n"
+    ),
+    "handlers.resume": _COMMON,
+    "handlers.schedule": _COMMON,
+}
+"""What each handler needs from outside the project: the code a floor interpreter runs."""
+WATCH = (
+    "anthropic",
+    "aws_xray_sdk",
+    "httpx",
+    "jinja2",
+    "redis",
+    "mcp",
+    "jsonschema",
+    "cryptography",
+    "asyncio",
+    "aws_lambda_powertools.event_handler.openapi.models",
+)
+"""Modules reported when an import loads them (the handlers' cold imports should load none)."""
+OURS = ("loopengine", "handlers", "agents")
+
+PROBE = """
+import json, resource, sys, time
+before = set(sys.modules)
+wall, cpu = time.perf_counter(), time.process_time()
+exec(compile(CODE, "<cold import>", "exec"))
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_kb": rss, "modules": sorted(set(sys.modules) - before)}))
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One fresh interpreter's import: seconds of wall and CPU, peak RSS, the modules it added."""
+
+    wall: float
+    cpu: float
+    rss_kb: int
+    modules: frozenset[str]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a probe: ``src`` on the path, no loopengine or model settings."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_", "POWERTOOLS_"))
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return env
+
+
+def probe(code: str, python: str = sys.executable) -> Sample:
+    """Run ``code`` in a fresh interpreter and measure it."""
+    done = subprocess.run(
+        [python, "-c", f"CODE = {code!r}\n{PROBE}"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"probe failed:\n{code}\n{done.stderr[-2000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return Sample(out["wall"], out["cpu"], out["rss_kb"], frozenset(out["modules"]))
+
+
+def handler_code(module: str) -> str:
+    """What a handler probe runs: the import Lambda does at init."""
+    return f"import {module}\n"
+
+
+def watched(modules: frozenset[str]) -> list[str]:
+    """The modules of :data:`WATCH` among ``modules``."""
+    return [name for name in WATCH if name in modules]
+
+
+def ours(modules: frozenset[str]) -> list[str]:
+    """The project's own modules among ``modules``."""
+    return sorted(m for m in modules if m.split(".")[0] in OURS)
+
+
+def third_party(modules: frozenset[str]) -> set[str]:
+    """The top-level packages outside the standard library and the project among ``modules``."""
+    tops = {m.split(".")[0] for m in modules}
+    return {t for t in tops if t not in sys.stdlib_module_names and t not in OURS and not t.startswith("_")}
+
+
+@dataclass
+class Result:
+    """One handler against its floor over the rounds."""
+
+    module: str
+    rounds: int
+    handler: list[Sample] = field(default_factory=list)
+    floor: list[Sample] = field(default_factory=list)
+
+    def median(self, side: str, what: str) -> float:
+        """The median ``what`` (``wall``, ``cpu``, ``rss_kb``) of ``side`` (``handler``, ``floor``)."""
+        return statistics.median(getattr(s, what) for s in getattr(self, side))
+
+    def least(self, side: str, what: str) -> float:
+        """The smallest ``what`` of ``side`` (the run least disturbed by other load)."""
+        return min(getattr(s, what) for s in getattr(self, side))
+
+    def ratio(self, what: str) -> float:
+        """Handler median / floor median (the figure the target applies to)."""
+        return self.median("handler", what) / self.median("floor", what)
+
+    def summary(self) -> dict[str, object]:
+        """The figures written to the JSON result."""
+        mods, floor_mods = self.handler[-1].modules, self.floor[-1].modules
+        return {
+            "module": self.module,
+            "rounds": self.rounds,
+            "handler_ms": {w: round(self.median("handler", w) * 1000, 1) for w in ("wall", "cpu")},
+            "floor_ms": {w: round(self.median("floor", w) * 1000, 1) for w in ("wall", "cpu")},
+            "ratio": {w: round(self.ratio(w), 3) for w in ("wall", "cpu")},
+            "min_ms": {
+                side: {w: round(self.least(side, w) * 1000, 1) for w in ("wall", "cpu")}
+                for side in ("handler", "floor")
+            },
+            "min_ratio": {
+                w: round(self.least("handler", w) / self.least("floor", w), 3) for w in ("wall", "cpu")
+            },
+            "ok": self.ok(),
+            "peak_rss_mb": {
+                "handler": round(self.median("handler", "rss_kb") / 1024, 1),
+                "floor": round(self.median("floor", "rss_kb") / 1024, 1),
+            },
+            "modules": {
+                "handler": len(mods),
+                "floor": len(floor_mods),
+                "ours": len(ours(mods)),
+                "beyond_floor": len(mods - floor_mods),
+                "floor_missing": sorted(third_party(floor_mods) - third_party(mods)),
+                "third_party": sorted(third_party(mods)),
+            },
+            "watched": watched(mods),
+            "floor_code": FLOORS[self.module],
+        }
+
+    def ok(self) -> bool:
+        """Both ratios within :data:`TARGET`."""
+        return self.ratio("wall") <= TARGET and self.ratio("cpu") <= TARGET
+
+
+def measure(module: str, rounds: int) -> Result:
+    """``rounds`` alternating pairs (handler first on even rounds, floor first on odd ones)."""
+    result = Result(module, rounds)
+    code = handler_code(module)
+    probe(code)  # warm-up: bytecode and the page cache, for both sides alike
+    probe(FLOORS[module])
+    for i in range(rounds):
+        pair = [("handler", code), ("floor", FLOORS[module])]
+        for side, text in pair if i % 2 == 0 else reversed(pair):
+            getattr(result, side).append(probe(text))
+    return result
+
+
+def table(results: list[Result]) -> str:
+    """The results as the text table docs/performance.md shows."""
+    head = (
+        f"{'handler':<18} {'wall ms':>8} {'floor':>7} {'ratio':>6}   {'cpu ms':>7} {'floor':>7} {'ratio':>6}"
+        f"   {'modules':>7} {'ours':>5} {'RSS MB':>6}  watched"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        s = r.summary()
+        h, f, q, m = s["handler_ms"], s["floor_ms"], s["ratio"], s["modules"]
+        assert isinstance(h, dict) and isinstance(f, dict) and isinstance(q, dict) and isinstance(m, dict)
+        rss = s["peak_rss_mb"]
+        assert isinstance(rss, dict)
+        flag = "" if r.ok() else "   ABOVE TARGET"
+        lines.append(
+            f"{r.module:<18} {h['wall']:8.1f} {f['wall']:7.1f} {q['wall']:6.2f}"
+            f"   {h['cpu']:7.1f} {f['cpu']:7.1f} {q['cpu']:6.2f}"
+            f"   {m['handler']:7d} {m['ours']:5d} {rss['handler']:6.1f}  "
+            f"{', '.join(s['watched']) or '-'}{flag}"  # type: ignore[arg-type]
+        )
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, object]:
+    """Where the figures were taken."""
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def run(rounds: int, modules: list[str] | None = None) -> list[Result]:
+    """Measure every handler of :data:`FLOORS` (or the ``modules`` given)."""
+    return [measure(m, rounds) for m in modules or list(FLOORS)]
+
+
+def write(results: list[Result], out: Path) -> None:
+    """Write the JSON result (figures, module counts, where they were taken)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "target": TARGET,
+        "machine": machine(),
+        "handlers": [r.summary() for r in results],
+    }
+    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=11, help="alternating pairs per handler (default 11)")
+    parser.add_argument(
+        "--out", type=Path, default=RESULT, help=f"JSON result (default {RESULT.relative_to(ROOT)})"
+    )
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when a ratio is above {TARGET}")
+    parser.add_argument("modules", nargs="*", help="handler modules (default: all three)")
+    args = parser.parse_args(argv)
+    results = run(args.rounds, args.modules)
+    print(f"cold import, medians of {args.rounds} alternating rounds (target <= {TARGET}x the floor)")
+    print(table(results))
+    write(results, args.out)
+    print(f"written: {args.out}")
+    return 1 if args.check and not all(r.ok() for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
