@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,5 +75,36 @@ def scaffold(env: Mapping[str, str], name: str, where: str | None) -> int:
         print(f"loopengine new-agent: an agent named {name!r} already exists", file=sys.stderr)
         return 1
     made = new_agent(name, parent)
-    print(next_steps(made, on_path))
+    python, loopengine = commands(env)
+    print(next_steps(made, on_path, python, loopengine))
     return 0
+
+
+def commands(env: Mapping[str, str]) -> tuple[str, str]:
+    """How the shell that ran us reaches this interpreter and its ``loopengine`` command.
+
+    ``python`` / ``loopengine`` when those names on PATH are these; else their paths (relative to the
+    current folder when inside it: ``.venv/bin/python`` after ``make run``, with no venv activated).
+    """
+    python = Path(sys.executable)
+    script = python.parent / "loopengine"
+    search = env.get("PATH")
+    shown_python = "python" if _found_as("python", python, search) else _shown(python)
+    if _found_as("loopengine", script, search):
+        return shown_python, "loopengine"
+    if script.is_file():
+        return shown_python, _shown(script)
+    return shown_python, f"{shown_python} -m loopengine.local.cli"
+
+
+def _found_as(name: str, path: Path, search: str | None) -> bool:
+    """``name`` on the PATH ``search`` is ``path`` (compared as written: a venv's python is a link)."""
+    found = shutil.which(name, path=search)
+    return found is not None and os.path.abspath(found) == os.path.abspath(path)
+
+
+def _shown(path: Path) -> str:
+    absolute = Path(os.path.abspath(path))
+    cwd = Path.cwd()
+    shown = str(absolute.relative_to(cwd)) if absolute.is_relative_to(cwd) else str(absolute)
+    return shlex.quote(shown)
