@@ -90,22 +90,31 @@ class Sample:
     modules: frozenset[str]
 
 
-def child_env() -> dict[str, str]:
-    """The environment of a probe: ``src`` on the path, no loopengine or model settings."""
+SNAPSHOT_ENV = {
+    "LOOPENGINE_TABLE": "loopengine-bench",  # DynamoDB as in AWS; its client is made on first use: no call
+    "LOOPENGINE_RESUME_FUNCTION": "loopengine-bench-resume",
+    "ANTHROPIC_API_KEY": "sk-ant-bench-never-sent",  # a key is configured: the hook loads the model SDK
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+"""The environment of a snapshot probe: offline, but what a deployment configures."""
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a probe: ``src`` on the path, no loopengine or model settings but ``extra``."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_", "POWERTOOLS_"))
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    return env
+    return {**env, **(extra or {})}
 
 
-def probe(code: str, python: str = sys.executable) -> Sample:
+def probe(code: str, python: str = sys.executable, env: dict[str, str] | None = None) -> Sample:
     """Run ``code`` in a fresh interpreter and measure it."""
     done = subprocess.run(
         [python, "-c", f"CODE = {code!r}\n{PROBE}"],
         capture_output=True,
         text=True,
-        env=child_env(),
+        env=child_env(env),
         cwd=ROOT,
         timeout=300,
         check=False,
@@ -119,6 +128,21 @@ def probe(code: str, python: str = sys.executable) -> Sample:
 def handler_code(module: str) -> str:
     """What a handler probe runs: the import Lambda does at init."""
     return f"import {module}\n"
+
+
+def snapshot_code(module: str) -> str:
+    """The import plus SnapStart's before-snapshot hooks (a stand-in ``snapshot_restore_py`` runs them)."""
+    return (
+        "import sys, types\n"
+        "_hooks = []\n"
+        "_fake = types.ModuleType('snapshot_restore_py')\n"
+        "_fake.register_before_snapshot = lambda f, *a, **k: _hooks.append((f, a, k))\n"
+        "_fake.register_after_restore = lambda f, *a, **k: None\n"
+        "sys.modules['snapshot_restore_py'] = _fake\n"
+        f"import {module}\n"
+        "for _f, _a, _k in reversed(_hooks):\n"
+        "    _f(*_a, **_k)\n"
+    )
 
 
 def watched(modules: frozenset[str]) -> list[str]:
@@ -145,6 +169,7 @@ class Result:
     rounds: int
     handler: list[Sample] = field(default_factory=list)
     floor: list[Sample] = field(default_factory=list)
+    snapshot: list[Sample] = field(default_factory=list)
 
     def median(self, side: str, what: str) -> float:
         """The median ``what`` (``wall``, ``cpu``, ``rss_kb``) of ``side`` (``handler``, ``floor``)."""
@@ -189,6 +214,23 @@ class Result:
             },
             "watched": watched(mods),
             "floor_code": FLOORS[self.module],
+            "snapshot": self.snapshot_summary(),
+        }
+
+    def snapshot_summary(self) -> dict[str, object]:
+        """What the before-snapshot hook adds: time of import + hook, peak RSS, modules (no target)."""
+        if not self.snapshot:
+            return {}
+        return {
+            "rounds": len(self.snapshot),
+            "ms": {w: round(self.median("snapshot", w) * 1000, 1) for w in ("wall", "cpu")},
+            "vs_floor": {
+                w: round(self.median("snapshot", w) / self.median("floor", w), 2) for w in ("wall", "cpu")
+            },
+            "peak_rss_mb": round(self.median("snapshot", "rss_kb") / 1024, 1),
+            "modules": len(self.snapshot[-1].modules),
+            "watched": watched(self.snapshot[-1].modules),
+            "env": SNAPSHOT_ENV,
         }
 
     def ok(self) -> bool:
@@ -196,8 +238,11 @@ class Result:
         return self.ratio("wall") <= TARGET and self.ratio("cpu") <= TARGET
 
 
-def measure(module: str, rounds: int) -> Result:
-    """``rounds`` alternating pairs (handler first on even rounds, floor first on odd ones)."""
+def measure(module: str, rounds: int, snapshot_rounds: int = 0) -> Result:
+    """``rounds`` alternating pairs, then ``snapshot_rounds`` imports with the before-snapshot hooks.
+
+    The handler goes first on even rounds, the floor on odd ones.
+    """
     result = Result(module, rounds)
     code = handler_code(module)
     probe(code)  # warm-up: bytecode and the page cache, for both sides alike
@@ -206,6 +251,8 @@ def measure(module: str, rounds: int) -> Result:
         pair = [("handler", code), ("floor", FLOORS[module])]
         for side, text in pair if i % 2 == 0 else reversed(pair):
             getattr(result, side).append(probe(text))
+    for _ in range(snapshot_rounds):
+        result.snapshot.append(probe(snapshot_code(module), env=SNAPSHOT_ENV))
     return result
 
 
@@ -242,9 +289,24 @@ def machine() -> dict[str, object]:
     }
 
 
-def run(rounds: int, modules: list[str] | None = None) -> list[Result]:
+def run(rounds: int, modules: list[str] | None = None, snapshot_rounds: int = 3) -> list[Result]:
     """Measure every handler of :data:`FLOORS` (or the ``modules`` given)."""
-    return [measure(m, rounds) for m in modules or list(FLOORS)]
+    return [measure(m, rounds, snapshot_rounds) for m in modules or list(FLOORS)]
+
+
+def snapshot_table(results: list[Result]) -> str:
+    """What each handler's SnapStart snapshot holds beyond the import (the hook's work)."""
+    lines = [f"{'snapshot of':<18} {'cpu ms':>7} {'x floor':>8} {'RSS MB':>7} {'modules':>8}  watched"]
+    for r in results:
+        s = r.snapshot_summary()
+        if not s:
+            continue
+        ms, vs = s["ms"], s["vs_floor"]
+        assert isinstance(ms, dict) and isinstance(vs, dict)
+        watch = ", ".join(s["watched"]) or "-"  # type: ignore[arg-type]
+        rss, count = s["peak_rss_mb"], s["modules"]
+        lines.append(f"{r.module:<18} {ms['cpu']:7.1f} {vs['cpu']:8.2f} {rss:7.1f} {count:8d}  {watch}")
+    return "\n".join(lines)
 
 
 def write(results: list[Result], out: Path) -> None:
@@ -264,12 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=RESULT, help=f"JSON result (default {RESULT.relative_to(ROOT)})"
     )
+    parser.add_argument(
+        "--snapshot-rounds", type=int, default=3, help="runs with the snapshot hook (0: none)"
+    )
     parser.add_argument("--check", action="store_true", help=f"exit 1 when a ratio is above {TARGET}")
     parser.add_argument("modules", nargs="*", help="handler modules (default: all three)")
     args = parser.parse_args(argv)
-    results = run(args.rounds, args.modules)
+    results = run(args.rounds, args.modules, args.snapshot_rounds)
     print(f"cold import, medians of {args.rounds} alternating rounds (target <= {TARGET}x the floor)")
     print(table(results))
+    if args.snapshot_rounds:
+        print(f"\nimport + SnapStart's before-snapshot hook, medians of {args.snapshot_rounds} (no target)")
+        print(snapshot_table(results))
     write(results, args.out)
     print(f"written: {args.out}")
     return 1 if args.check and not all(r.ok() for r in results) else 0

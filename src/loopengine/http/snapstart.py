@@ -12,7 +12,8 @@ snapshot in every new execution environment, running :func:`after_restore` first
 
 before the snapshot
     the model SDK is imported (``anthropic``, when a key is configured: ``ANTHROPIC_API_KEY`` or
-    its ``..._SECRET_ARN``, and the model is not ``scripted``); the engine is built
+    its ``..._SECRET_ARN``, and the model is not ``scripted``) and one client made and dropped; the
+    engine is built
     (:func:`loopengine.http.root.engine`) and every agent folder parsed, its tool code imported; in
     the api, the OpenAPI document is generated once, which builds every route's request and response
     validation (pydantic) and the Powertools models behind it, then a ``GET /health`` goes through
@@ -72,8 +73,7 @@ def wants_model_sdk(env: Mapping[str, str]) -> bool:
 def before_snapshot(kind: Kind) -> None:
     """Load and build what the first request of a restored environment would otherwise pay for."""
     if wants_model_sdk(os.environ):
-        importlib.import_module("anthropic")
-        importlib.import_module("loopengine.models.anthropic")
+        warm_model_sdk()
     try:
         root.engine()
         load_agents()
@@ -83,6 +83,17 @@ def before_snapshot(kind: Kind) -> None:
     if kind == "api":
         warm_api()
     build_models()
+
+
+def warm_model_sdk() -> None:
+    """Import the Anthropic SDK, then make one client and drop it.
+
+    The first client costs more than the import (the SDK's HTTP stack, parts it loads lazily); no
+    request is sent and no key is read.
+    """
+    anthropic: Any = importlib.import_module("anthropic")
+    importlib.import_module("loopengine.models.anthropic")
+    anthropic.Anthropic(api_key="snapshot-warm-up-never-sent", max_retries=0).close()
 
 
 def load_agents() -> list[str]:
