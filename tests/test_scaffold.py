@@ -86,7 +86,10 @@ def test_the_printed_check_and_test_commands_work_without_pytest_or_an_activated
     assert printed["test"].startswith(shlex.quote(sys.executable) + " ")  # the venv's python, by path
     checked = shell(printed["check"], cwd, env)
     assert checked.returncode == 0 and checked.stdout.startswith("OK:"), checked
-    tested = shell(printed["test"], cwd, env)
+    blocked = cwd / "no-pytest"  # as after `make run`, which installs no pytest
+    blocked.mkdir()
+    (blocked / "pytest.py").write_text("raise ImportError('pytest is not installed')\n")
+    tested = shell(printed["test"], cwd, {**env, "PYTHONPATH": str(blocked)})
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert "Ran 6 tests" in tested.stderr and tested.stderr.rstrip().endswith("OK")
 
