@@ -63,9 +63,11 @@ def with_auth(event: dict[str, Any], user: str | None, password: str = "secret")
 
 
 def call(handler: Any, event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Invoke an api handler; return (status, parsed JSON body, or ``{"html": text}`` for a page)."""
+    """Invoke an api handler; return (status, the parsed JSON body, or ``{"html"|"text": body}``)."""
     result = handler(event, FakeContext())
     headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     if headers.get("content-type", "").startswith("text/html"):
         return int(result["statusCode"]), {"html": result["body"]}
+    if headers.get("content-type", "").startswith("text/"):  # the inbox's stylesheet and script
+        return int(result["statusCode"]), {"text": result["body"]}
     return int(result["statusCode"]), json.loads(result["body"] or "{}")

@@ -81,8 +81,13 @@ def test_every_json_answer_is_nosniff_and_no_store(engine: Engine, name: str) ->
         if headers["content-type"].startswith("application/json"):
             assert headers["x-content-type-options"] == "nosniff", (name, result)
             assert headers["cache-control"] == "no-store", (name, result)
-        else:  # the magic-link pages and Swagger UI: HTML, never sniffed or cached either
-            assert headers["content-type"].startswith("text/html") and name.startswith(("magic", "get_docs"))
+        elif name == "inbox_static":  # the inbox's CSS/JS: never sniffed, kept privately (versioned URLs)
+            assert headers["content-type"].startswith("text/css")
+            assert headers["x-content-type-options"] == "nosniff"
+            assert headers["cache-control"].startswith("private")
+        else:  # the magic-link and inbox pages and Swagger UI: HTML, never sniffed or cached either
+            assert headers["content-type"].startswith("text/html")
+            assert name.startswith(("magic", "get_docs", "inbox"))
             assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
 
 
