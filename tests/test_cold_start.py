@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench.cold_import import FLOORS, OURS, Sample, handler_code, probe, third_party
@@ -120,3 +121,59 @@ def test_the_approval_path_never_imports_the_model_sdk(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] in (200, 202) and result["invoked"] == [out.turn_id], result
     assert result["loaded"] == [], result
+
+
+# -- what the template gives the functions (template.yaml; cfn-lint and SAM: tests/test_template.py) --
+
+
+def _template() -> dict[str, Any]:
+    from samtranslator.yaml_helper import yaml_parse
+
+    template: dict[str, Any] = yaml_parse((ROOT / "template.yaml").read_text())
+    return template
+
+
+FUNCTIONS = ("ApiFunction", "ResumeFunction", "ScheduleFunction")
+
+
+def test_each_function_declares_its_memory_and_architecture_with_the_reason() -> None:
+    template, text = _template(), (ROOT / "template.yaml").read_text()
+    assert "MemorySize" not in template["Globals"]["Function"]
+    assert "Architectures" not in template["Globals"]["Function"]
+    for name in FUNCTIONS:
+        props = template["Resources"][name]["Properties"]
+        assert isinstance(props["MemorySize"], int) and props["MemorySize"] >= 512, name
+        assert props["Architectures"] == [{"Ref": "FunctionArchitecture"}], name
+        block = text[text.index(f"  {name}:") :]
+        reason = block[: block.index("MemorySize:")].rsplit("Timeout:", 1)[1]
+        assert "measured" in reason and "RSS" in reason, (name, reason)
+
+
+def test_the_workers_have_reserved_concurrency_the_api_cannot_take() -> None:
+    template = _template()
+    params, conditions = template["Parameters"], template["Conditions"]
+    for name, param, default in (
+        ("ResumeFunction", "ResumeReservedConcurrency", 10),
+        ("ScheduleFunction", "ScheduleReservedConcurrency", 2),
+    ):
+        assert params[param]["Default"] == default and params[param]["MinValue"] == 0
+        reserved = template["Resources"][name]["Properties"]["ReservedConcurrentExecutions"]
+        condition, value, otherwise = reserved["Fn::If"]
+        assert value == {"Ref": param} and otherwise == {"Ref": "AWS::NoValue"}
+        # 0 leaves the function unreserved: Lambda's "reserve 0" would stop it
+        assert conditions[condition] == {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, "0"]}]}
+    assert "ReservedConcurrentExecutions" not in template["Resources"]["ApiFunction"]["Properties"]
+
+
+def test_tracing_is_lambdas_own_and_opentelemetry_an_optional_layer() -> None:
+    template = _template()
+    globals_ = template["Globals"]["Function"]
+    assert globals_["Tracing"] == "Active"
+    assert template["Parameters"]["AdotLayerArn"]["Default"] == ""
+    env = globals_["Environment"]["Variables"]
+    assert env["AWS_LAMBDA_EXEC_WRAPPER"] == {
+        "Fn::If": ["HasAdotLayer", "/opt/otel-instrument", {"Ref": "AWS::NoValue"}]
+    }
+    for name in FUNCTIONS:
+        layers = template["Resources"][name]["Properties"]["Layers"]
+        assert layers == {"Fn::If": ["HasAdotLayer", [{"Ref": "AdotLayerArn"}], {"Ref": "AWS::NoValue"}]}
