@@ -216,15 +216,39 @@ def test_chat_answers_a_question_denies_with_a_comment_and_leaves_on_ctrl_d(serv
 def test_chat_says_so_when_the_server_is_not_there() -> None:
     env = {**os.environ, "LOOPENGINE_CHAT_AUTH": ""}
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     term = Terminal(
-        [sys.executable, "-m", "loopengine.local.cli", "chat", "x", "--url", f"http://127.0.0.1:{port}"], env
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "x", "--url", url, "--wait-server", "1"], env
     )
     try:
+        term.expect(r"waiting for loopengine dev at http://127\.0\.0\.1:\d+")
         term.expect(r"cannot reach http://127\.0\.0\.1:\d+.*is `loopengine dev` running")
         assert term.wait() == 2
     finally:
         term.close()
-    assert "Traceback" not in term.output
+    assert "Traceback" not in term.output and term.output.count("waiting for") == 1
+
+
+def test_chat_waits_for_a_server_that_is_still_starting(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "LOOPENGINE_CHAT_AUTH": "admin:secret"}
+    url = f"http://127.0.0.1:{port}"
+    term = Terminal(
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "customer-service", "--url", url], env
+    )
+    srv = DevProcess(admin_env(tmp_path / "late.db"), port, args=("--workers", "1", "--sweep-interval", "0"))
+    try:
+        term.expect(r"waiting for loopengine dev at http://127\.0\.0\.1:\d+ \(up to 30 s\)")
+        srv.start()  # only now: the chat was waiting all along
+        assert srv.port == port, "the port was taken meanwhile; the chat waits on the old one"
+        term.expect("you> ")
+        os.write(term.fd, b"\x04")
+        term.expect("bye")
+        assert term.wait() == 0
+    finally:
+        term.close()
+        srv.stop()
+    assert "Traceback" not in term.output and term.output.count("waiting for") == 1
 
 
 def test_chat_refuses_bad_arguments(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,11 +34,21 @@ from loopengine.domain.clock import FakeClock, SystemClock
 from loopengine.domain.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
+from loopengine.domain.turns import StopReason
+from loopengine.http import api
+from loopengine.local.chat_client import ChatClient
 from loopengine.models.anthropic import AnthropicModel
 from loopengine.models.scripted import ScriptedModel, call, pieces, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
-from tests.anthropic_sse import encode, sse_body, sse_events, text_reply
-from tests.harness import Calls, Harness, agent, make_harness
+from tests.agent_folders import write_agent
+from tests.anthropic_sse import StreamingMessagesApi, encode, sse_body, sse_events, text_reply
+from tests.dev_support import AUTH, DevProcess, free_port, request
+from tests.handler_support import call as call_handler
+from tests.handler_support import load_event, with_body
+from tests.harness import Build, Calls, Harness, agent, make_harness
+from tests.pty_support import Terminal
+from tests.test_dev_reliability import _env as dev_env
+from tests.test_live_chat import Stream
 
 TEXT = " ".join(f"word{i}" for i in range(24)) + "."
 RULES = {"rules": [{"tool": "peek", "decision": "allow"}], "default_decision": "ask"}
@@ -194,6 +206,70 @@ def test_follow_gives_each_character_once_in_the_turns_order_across_calls(
     )
     durable = [e["seq"] for e in seen if "seq" in e]
     assert durable == sorted(durable) and len(set(durable)) == len(durable)
+    assert all(e["text"] for e in seen if e["type"] == "text:delta")  # nothing yielded twice, or empty
+
+
+class StoreStandIn:
+    """What ``follow`` reads of an engine: ``turn`` and ``events``, over a list the test controls.
+
+    ``on_read`` runs inside each read, after the reader's bus read: what the reader can only see late.
+    """
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.trail, self.reads = events, 0
+        self.on_read: Callable[[], None] = lambda: None
+
+    def turn(self, turn_id: str, who: Any = None) -> None:
+        return None
+
+    def events_after(self, after: int) -> tuple[list[dict[str, Any]], int, bool]:
+        self.reads += 1
+        self.on_read()
+        found = [{"seq": i, **e} for i, e in enumerate(self.trail, start=1) if i > after]
+        done = any(e["type"] == "finished" for e in self.trail)
+        return found, len(self.trail), done
+
+
+def _follow_stand_in(store: StoreStandIn, bus: LiveBus, **kw: Any) -> Iterator[dict[str, Any]]:
+    engine: Any = store
+    engine.events = lambda _t, after, _w, _who: store.events_after(after)
+    return follow(engine, "trn_x", bus=bus, **kw)
+
+
+def test_follow_drops_a_piece_it_reads_only_after_the_end_of_its_call() -> None:
+    bus = LiveBus()
+    bus.publish("trn_x", Piece("c1", 0, "Hel", 1.0))
+    store = StoreStandIn(
+        [{"type": "started", "at": 0.5}, {"type": "model_response", "at": 1.2, "text": "Hello"}]
+    )
+    late = [
+        lambda: bus.publish("trn_x", Piece("c1", 3, "lo", 1.1)),  # published before the end, read after it
+        lambda: store.trail.append({"type": "finished", "at": 1.3, "text": "Hello"}),
+    ]
+    store.on_read = lambda: late.pop(0)() if late else None
+    seen = [(e["type"], e.get("text")) for e in _follow_stand_in(store, bus, timeout=3)]
+    assert seen == [
+        ("started", None),
+        ("text:delta", "Hel"),
+        ("model_response", "Hello"),
+        ("finished", "Hello"),
+    ]
+
+
+def test_follow_gives_a_new_calls_first_piece_after_a_read_not_after_the_next_timed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loopengine.app import follow as following
+
+    monkeypatch.setattr(following, "FIRST_READ_SECONDS", 60.0)  # no timed read after the first
+    bus, store = LiveBus(), StoreStandIn([{"type": "started", "at": 0.5}])
+    feed = _follow_stand_in(store, bus, timeout=5)
+    assert next(feed)["type"] == "started"
+    store.trail.append({"type": "tool_outcome", "at": 0.9})
+    bus.publish("trn_x", Piece("c2", 0, "Next", 1.0))
+    started = time.monotonic()
+    assert [next(feed)["type"], next(feed)["text"]] == ["tool_outcome", "Next"]  # the outcome first
+    assert time.monotonic() - started < 4
 
 
 def test_follow_from_a_cursor_skips_what_was_seen_and_stops_at_a_pause(
@@ -359,3 +435,95 @@ def test_anthropic_a_caller_that_walks_away_ends_the_stream() -> None:
     with pytest.raises(StreamClosed):
         _model(_sse(endless())).create(_request(walk_away))
     assert len(sent) < 100  # the SDK stopped reading: the response was closed
+
+
+# --- the live channel's message: answered at once, the worker runs the turn ----------------------
+
+
+@pytest.mark.parametrize("prefer", ["respond-async", "wait=5, Respond-Async ; x=1"])
+def test_prefer_respond_async_answers_running_at_once_and_the_worker_runs_the_turn(
+    install_harness: Build, prefer: str
+) -> None:
+    model = ScriptedModel.from_list([say("Hello from the worker.")])
+    h = install_harness(agent("talker", [], RULES), model=model, inline=False)
+    event = with_body(load_event("post_message", **{"customer-service": "talker"}), {"message": "hi"})
+    event["headers"] = {**event["headers"], "prefer": prefer}
+    status, body = call_handler(api.handler, event)
+    assert status == 202 and body["status"] == "running" and body["turnId"].startswith("trn_"), body
+    assert model.requests == []  # the request did not call the model: the worker does
+    assert h.invoker.invoked == [body["turnId"]]  # type: ignore[attr-defined]
+    h.deliver_resumes()
+    done = h.engine.outcome(body["turnId"])
+    assert (done.stop_reason, done.text) == (StopReason.END_TURN, "Hello from the worker.")
+
+
+def test_without_prefer_the_request_runs_the_turn_itself(install_harness: Build) -> None:
+    h = install_harness(
+        agent("talker", [], RULES), model=ScriptedModel.from_list([say("Done.")]), inline=False
+    )
+    event = with_body(load_event("post_message", **{"customer-service": "talker"}), {"message": "hi"})
+    event["headers"] = {**event["headers"], "prefer": "return=minimal"}
+    status, body = call_handler(api.handler, event)
+    assert (status, body["status"], body["text"]) == (200, "finished", "Done.")
+    assert h.invoker.invoked == []  # type: ignore[attr-defined]
+
+
+# --- end to end: loopengine dev, the SDK against a local streaming Messages API, SSE, the chat ----
+
+ANSWER = "Streaming " + " ".join(f"token{i}" for i in range(36)) + " finale."
+
+
+@pytest.fixture
+def streaming_dev(tmp_path: Path) -> Iterator[tuple[DevProcess, StreamingMessagesApi]]:
+    messages_api = StreamingMessagesApi(lambda _n, _body: text_reply(ANSWER), gap=0.08, piece=6)  # ~4 s
+    write_agent(tmp_path / "agents", "talker")
+    env = dev_env(tmp_path, ANTHROPIC_API_KEY="test", ANTHROPIC_BASE_URL=messages_api.url)
+    env.pop("LOOPENGINE_MODEL")
+    srv = DevProcess(env, free_port(), tmp_path / "dev.log", ("--workers", "2", "--sweep-interval", "0"))
+    srv.start()
+    yield srv, messages_api
+    srv.stop()
+    messages_api.close()
+
+
+@pytest.mark.slow
+def test_dev_streams_model_text_as_server_sent_events_and_the_chat_prints_it_as_it_arrives(
+    streaming_dev: tuple[DevProcess, StreamingMessagesApi],
+) -> None:
+    srv, messages_api = streaming_dev
+    url = f"http://127.0.0.1:{srv.port}"
+    status, body = ChatClient(url, "admin:secret").send("talker", "hello", None)  # Prefer: respond-async
+    assert status == 202 and body["status"] == "running", body
+    stream = Stream(srv.port, f"/turns/{body['turnId']}/events", Authorization=AUTH)
+    try:
+        first = stream.until("text:delta")[-1]
+        assert not messages_api.finished.is_set()  # shown while the model is still talking
+        frames = [first, *stream.until("model_response")]
+    finally:
+        stream.close()
+    deltas = [f["data"] for f in frames if f["event"] == "text:delta"]
+    assert 2 <= len(deltas) < len(sse_events(text_reply(ANSWER), piece=6))  # coalesced, not per token
+    assert ANSWER.startswith(_joined(deltas)) and frames[-1]["data"]["text"] == ANSWER
+    assert [f["id"] for f in frames] == [str(f["data"]["seq"]) for f in frames]
+    assert messages_api.bodies[0]["stream"] is True
+    # the chat: the text appears while the model talks, and the whole message once
+    messages_api.finished.clear()
+    term = Terminal(
+        [sys.executable, "-m", "loopengine.local.cli", "chat", "talker", "--url", url],
+        {**os.environ, "LOOPENGINE_CHAT_AUTH": "admin:secret"},
+    )
+    try:
+        term.expect("you> ")
+        term.line("hello again")
+        term.expect(r"agent> Streaming token0")
+        assert not messages_api.finished.is_set()  # printed before the answer was complete
+        term.expect(r"finale\.\n")
+        term.expect("you> ")
+        os.write(term.fd, b"\x04")
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert term.output.count(ANSWER) == 1 and term.output.count("finale.") == 1, term.output
+    assert "Traceback" not in term.output
+    _, session = request(srv.port, "GET", f"/sessions/{body['sessionId']}")
+    assert [m["content"] for m in session["messages"]][1] == [{"type": "text", "text": ANSWER}]

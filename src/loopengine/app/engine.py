@@ -24,6 +24,7 @@ from loopengine.app import (
     views,
     waits,
 )
+from loopengine.app.follow import follow as follow_turn
 from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.replay import replay
@@ -370,6 +371,9 @@ class Engine:
         with waits.slot(self.rt, who, wait):
             found, cursor = turn_events.poll(read, after, wait, self.sleep)
         return found, cursor, finished
+
+    follow = follow_turn
+    """The turn's events as they happen, model text piece by piece: :func:`loopengine.app.follow.follow`."""
 
     def open_items(
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None

@@ -5,12 +5,13 @@ it is stable: ``seq`` is its 1-based index. A client keeps the last ``seq`` it s
 what came after it (``GET /turns/{turnId}/events?after=<seq>&wait=<s>``); ``loopengine dev``
 streams the same events as Server-Sent Events.
 
-What a live client sees, in order: ``started`` / ``resumed``, ``model_response`` (with the
-model's ``text``), ``tool_outcome``, ``paused`` followed by one ``approval:pending`` or
-``question:pending`` per item (``pendingId``, ``tool``, ``args``, ``argsHash``, ``reason``, a
-question's ``question`` / ``options``, and ``liveUntil`` when the message came on the live
-channel), ``decided`` (who, through which channel), ``notified`` / ``notification_dropped``, and
-``finished`` with ``stopReason`` and ``text``.
+What a live client sees, in order: ``started`` / ``resumed``, ``text:delta`` (the model's text as
+it streams, coalesced: at most one per 0.25 s of a call, see :mod:`loopengine.app.live`),
+``model_response`` (with the model's whole ``text``), ``tool_outcome``, ``paused`` followed by
+one ``approval:pending`` or ``question:pending`` per item (``pendingId``, ``tool``, ``args``,
+``argsHash``, ``reason``, a question's ``question`` / ``options``, and ``liveUntil`` when the
+message came on the live channel), ``decided`` (who, through which channel), ``notified`` /
+``notification_dropped``, and ``finished`` with ``stopReason`` and ``text``.
 """
 
 from __future__ import annotations

@@ -34,6 +34,17 @@ IdempotencyKey = Annotated[
     ),
 ]
 
+Prefer = Annotated[
+    str | None,
+    Header(
+        alias="prefer",
+        description=(
+            "respond-async (RFC 7240): answer 202 running with the turnId at once and leave the turn to the"
+            " worker, to follow its events while the model talks (what loopengine chat sends)"
+        ),
+    ),
+]
+
 
 @router.post(
     "/agents/<agent>/messages",
@@ -41,14 +52,18 @@ IdempotencyKey = Annotated[
     responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 503),
 )
 def post_message(
-    agent: Agent, body: Annotated[m.MessageRequest, Body()], idempotency_key: IdempotencyKey = None
+    agent: Agent,
+    body: Annotated[m.MessageRequest, Body()],
+    idempotency_key: IdempotencyKey = None,
+    prefer: Prefer = None,
 ) -> Response[m.TurnOutcome]:
+    respond_async = "respond-async" in [p.split(";")[0].strip().lower() for p in (prefer or "").split(",")]
     out = root.engine().send_message(
         agent,
         body.message,
         session_id=body.sessionId or None,
         tenant=body.tenant or None,
-        budget_seconds=budget.seconds(router.lambda_context),
+        budget_seconds=0.0 if respond_async else budget.seconds(router.lambda_context),
         sender=auth.current(router),
         remaining_seconds=budget.remaining(router.lambda_context),
         live=body.live,

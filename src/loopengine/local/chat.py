@@ -1,14 +1,17 @@
 """``loopengine chat AGENT``: a terminal conversation on the live channel.
 
-Each line you type is sent as a live message (``"live": true``); the chat then follows the turn's
-events (``GET /turns/{turnId}/events``, long-polled), prints the model's text as it arrives and
+Each line you type is sent as a live message (``"live": true``, answered at once with the turn's
+id); the chat then follows the turn's events (``GET /turns/{turnId}/events``: Server-Sent Events
+where the server streams, else long-polled), prints the model's text as it streams (its
+``text:delta`` pieces, then the rest of the whole message once it is recorded) and
 offers each pending item inline: approve, deny (with a comment), edit the arguments (checked by
 the server against the tool's schema: a 400 shows why and asks again) or answer a question. A
 chained pause is offered the same way. Decisions made here are recorded with channel ``live``.
 
 Walking away (Ctrl-C, end of input, or nobody answering within the wait) leaves the items pending
 for the other channels (the agent's notifiers, ``GET /pending-approvals``) and prints how to
-resolve them later with curl.
+resolve them later with curl. A server that is not answering yet (``loopengine dev`` starting) is
+waited for up to ``--wait-server`` seconds (30 by default).
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ import select
 import sys
 from typing import Any, TextIO
 
-from loopengine.local.chat_client import ChatClient, Unreachable
+from loopengine.local.chat_client import (
+    SERVER_WAIT_SECONDS,
+    ChatClient,
+    EventsFailed,
+    Unreachable,
+    wait_for_server,
+)
 
 JsonDict = dict[str, Any]
 POLL_SECONDS = 20.0
@@ -26,6 +35,40 @@ POLL_SECONDS = 20.0
 
 class WalkedAway(Exception):
     """The user left (Ctrl-C, end of input or no answer in time) while items were pending."""
+
+
+class Streamed:
+    """The model text printed so far for one model call (its ``text:delta`` pieces)."""
+
+    def __init__(self) -> None:
+        self.call: str | None = None
+        self.text = ""
+
+    def piece(self, event: JsonDict) -> str | None:
+        """What to print for one ``text:delta`` (``None``: nothing new); a new call starts a line."""
+        call, offset, text = event.get("call"), event.get("offset"), event.get("text")
+        if not isinstance(text, str) or not isinstance(offset, int):
+            return None
+        start = ""
+        if call != self.call:
+            start = ("\n" if self.text else "") + "agent> "
+            self.call, self.text = str(call), ""
+        if offset > len(self.text):  # a piece we never got: say so rather than glue text together
+            start += " … "
+        elif offset + len(text) <= len(self.text):
+            return None
+        new = text[max(0, len(self.text) - offset) :] if offset <= len(self.text) else text
+        self.text = self.text[:offset] + text if offset <= len(self.text) else self.text + text
+        return start + new
+
+    def finish(self, whole: str | None) -> str | None:
+        """Close the streamed line with the rest of ``whole`` (``None``: print ``whole`` anew)."""
+        printed, self.call, self.text = self.text, None, ""
+        if printed and whole is not None and whole.startswith(printed):
+            return whole[len(printed) :] + "\n"
+        if printed:
+            return "\n" if whole is None else "\n" + f"agent> {whole}\n"
+        return None
 
 
 class Chat:
@@ -44,6 +87,7 @@ class Chat:
         self.live_wait = live_wait
         self.out, self.inp = out or sys.stdout, inp or sys.stdin
         self.mine: set[str] = set()
+        self.streamed = Streamed()
         self.auth_hint: str | None = None
         """How the printed curl lines authenticate (never the password itself)."""
 
@@ -112,11 +156,25 @@ class Chat:
         return None
 
     def follow(self, turn_id: str) -> None:
-        """Show the turn's events until it finishes, offering pending items inline."""
-        after, last_text = 0, None
+        """Show the turn's events until it finishes, offering pending items inline.
+
+        While the turn works its events stream (model text as it arrives); once it pauses they are
+        read with quick polls between the questions put to the user.
+        """
+        after, last_text, polling = 0, None, False
         open_items: dict[str, JsonDict] = {}
         while True:
-            code, body = self.client.events(turn_id, after, 0 if open_items else POLL_SECONDS)
+            if not open_items and not polling:
+                try:
+                    after, last_text, polling, done = self._stream(turn_id, after, open_items, last_text)
+                except EventsFailed as exc:
+                    self.say(f"  ! cannot follow turn {turn_id}: {exc}")
+                    return
+                if done:
+                    return
+                continue
+            code, body = self.client.events(turn_id, after, 0)
+            polling = False
             if code != 200:
                 self.say(f"  ! cannot follow turn {turn_id}: {body.get('message') or code}")
                 return
@@ -134,12 +192,44 @@ class Chat:
                     raise WalkedAway("left the items pending") from None
                 open_items.pop(pending_id, None)
 
+    def _stream(
+        self, turn_id: str, after: int, open_items: dict[str, JsonDict], last_text: str | None
+    ) -> tuple[int, str | None, bool, bool]:
+        """Show streamed events until the turn pauses or finishes, or the stream ends.
+
+        Returns the cursor, the model's last text, whether to poll now (a pause: its items are read
+        with a poll) and whether the turn finished.
+        """
+        for event in self.client.stream(turn_id, after, POLL_SECONDS):
+            after = max(after, int(event.get("seq") or after))
+            last_text = self.show(event, open_items, last_text)
+            if event.get("type") == "finished":
+                return after, last_text, False, True
+            if event.get("type") == "paused":
+                return after, last_text, True, False
+        return after, last_text, False, False
+
+    def write(self, text: str) -> None:
+        """Print ``text`` as it is (no newline added)."""
+        self.out.write(text)
+        self.out.flush()
+
     def show(self, event: JsonDict, open_items: dict[str, JsonDict], last_text: str | None) -> str | None:
         """Print one event; track the open items; the model's last text."""
         kind = event.get("type")
-        if kind == "model_response" and event.get("text"):
-            self.say(f"agent> {event['text']}")
-            return str(event["text"])
+        if kind == "text:delta":
+            shown = self.streamed.piece(event)
+            if shown:
+                self.write(shown)
+            return last_text
+        if kind in ("model_response", "model_call_abandoned", "model_error"):
+            whole = event.get("text") if kind == "model_response" else None
+            rest = self.streamed.finish(whole or None)
+            if rest is not None:
+                self.write(rest)
+            elif whole:
+                self.say(f"agent> {whole}")
+            return str(whole) if whole else last_text
         if kind == "tool_outcome":
             self.say(f"  [tool] {event.get('tool')}: {event.get('outcome')}")
         elif kind in ("approval:pending", "question:pending"):
@@ -259,11 +349,12 @@ def main(
     session_id: str | None,
     live_wait: float | None,
     auth_hint: str | None = None,
+    server_wait: float = SERVER_WAIT_SECONDS,
 ) -> int:
-    """``loopengine chat``: check the server answers, then converse."""
+    """``loopengine chat``: wait for the server to answer (up to ``server_wait`` s), then converse."""
     client = ChatClient(url, auth)
     try:
-        client.call("GET", "/health", timeout=5)
+        wait_for_server(client, server_wait, lambda line: print(line, flush=True))
     except Unreachable as exc:
         print(f"loopengine chat: {exc} (is `loopengine dev` running?)", file=sys.stderr)
         return 2

@@ -83,6 +83,13 @@ def _add_chat(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="leave a pending item to the other channels after this long without an answer "
         "(default: the agent's live_wait, else wait until Ctrl-C)",
     )
+    chat.add_argument(
+        "--wait-server",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long for a server that does not answer yet (default 30: loopengine dev starting)",
+    )
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -97,7 +104,11 @@ def _chat(args: argparse.Namespace) -> int:
     auth, hint = os.environ.get("LOOPENGINE_CHAT_AUTH") or None, '"$LOOPENGINE_CHAT_AUTH"'
     if args.user is not None:
         auth, hint = f"{args.user}:{args.password}", args.user
-    return chat(args.agent, args.url, auth, args.session, args.live_wait, hint if auth else None)
+    if not math.isfinite(args.wait_server) or args.wait_server < 0:
+        print("loopengine chat: --wait-server must be a number of seconds, 0 or more", file=sys.stderr)
+        return 2
+    hint = hint if auth else None
+    return chat(args.agent, args.url, auth, args.session, args.live_wait, hint, server_wait=args.wait_server)
 
 
 def main(argv: list[str] | None = None) -> int:
