@@ -495,3 +495,23 @@ def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Pa
         assert "MAGIC_LINK_SECRET" in failed[0]["error"]
     finally:
         h.rt.stores.close()
+
+
+def test_an_agents_model_retry_setting_sets_the_attempts_and_the_longest_wait() -> None:
+    from loopengine.domain.policy import ModelRetry
+
+    calls = Calls()
+    cfg = shop(calls, model_retry=ModelRetry(attempts=3, first_wait=10.0, max_wait=15.0))
+    with scenario(cfg, model=Flaky(failures=99)) as h:
+        out = h.engine.send_message("shop", "refund")
+        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        first = turn(h, out.turn_id)
+        assert first.due_at == h.clock.now() + 10.0  # first_wait, not the deployment's 30 s
+        h.clock.advance(10.0)
+        h.engine.sweep()
+        assert turn(h, out.turn_id).due_at == h.clock.now() + 15.0  # 20 s capped at max_wait
+        h.clock.advance(15.0)
+        h.engine.sweep()
+        done = turn(h, out.turn_id)
+        assert (done.status, done.stop_reason) == (TurnStatus.FINISHED, StopReason.ERROR)
+        assert len(events(h, out.turn_id, "model_error")) == 3

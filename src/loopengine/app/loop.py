@@ -25,6 +25,7 @@ from typing import Any
 
 from loopengine.app import faults
 from loopengine.app.batch import plan_batch, run_call
+from loopengine.app.model_call import Abandoned, call_model
 from loopengine.app.pause import answer, append_results, checkpoint_id, park
 from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
 from loopengine.app.runtime import Runtime
@@ -37,6 +38,7 @@ from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
 from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
+from loopengine.domain.policy import ModelRetry
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 JsonDict = dict[str, Any]
@@ -96,9 +98,15 @@ def _step(
     )
     try:
         with worker.heartbeat():
-            response = rt.model_for(config).create(request)
+            response = call_model(worker, rt.model_for(config), request)
     except ModelError as exc:
         return _model_failed(worker, config, turn, exc)
+    except Abandoned as walked_away:  # nothing to undo: a model call has no side effect
+        why = "time budget" if walked_away.stop is None else walked_away.stop.value
+        rt.event(turn.turn_id, "model_call_abandoned", reason=why, note="its response is discarded")
+        if walked_away.stop is None:
+            return _hand_off(worker, turn)
+        return finish(worker, config, turn, walked_away.stop, None)
     _record_response(worker, turn, history, response)
     return None
 
@@ -131,10 +139,11 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
     rt = worker.rt
     failures = turn.model_failures + 1
     error = rt.stamp("model_error", error=str(exc), retryable=exc.retryable, failures=failures)
-    if not exc.retryable or failures >= rt.max_model_failures:
+    policy = config.model_retry or ModelRetry(rt.max_model_failures, rt.model_retry_seconds)
+    if not exc.retryable or failures >= policy.attempts:
         rt.event(turn.turn_id, "model_error", error=str(exc), retryable=exc.retryable, failures=failures)
         return finish(worker, config, turn, StopReason.ERROR, f"model call failed: {exc}")
-    at = rt.stores.clock.now() + rt.model_retry_seconds * 2 ** (failures - 1)
+    at = rt.stores.clock.now() + policy.wait(failures)
     waiting = rt.stamp("retry_scheduled", retryAt=at, attempt=failures)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:

@@ -25,7 +25,7 @@ from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
 from loopengine.domain.gate import RuleSet
-from loopengine.domain.policy import Expiry
+from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
 
 JsonDict = dict[str, Any]
@@ -54,6 +54,8 @@ class AgentConfig:
     notifiers: list[JsonDict] | None = None
     mcp_servers: tuple[McpServer, ...] = ()
     mcp_pins: dict[str, McpPin] = field(default_factory=dict)
+    model_retry: ModelRetry | None = None
+    """``model_retry:`` (attempts, first and longest wait); None: the deployment's defaults."""
     """The MCP tools among ``tools``, by name: their server, the server's name and the pinned hash."""
 
     def targets(self) -> tuple[NotifierTarget, ...]:
@@ -110,6 +112,7 @@ class AgentConfig:
             "extra": self.extra,
             **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
             **({"tool_timeouts": timeouts} if (timeouts := self._timeouts()) else {}),
+            **({"model_retry": self.model_retry.to_dict()} if self.model_retry else {}),
         }
 
     def _entry(self, tool: Tool) -> JsonDict:
@@ -170,6 +173,7 @@ def from_snapshot(
         notifiers=snapshot.get("notifiers"),
         mcp_servers=tuple(servers.values()),
         mcp_pins=pins,
+        model_retry=ModelRetry.from_dict(snapshot["model_retry"]) if snapshot.get("model_retry") else None,
     )
 
 
@@ -208,4 +212,5 @@ def build_config(
         live_wait=agent.live_wait,
         notifiers=raw_agent.get("notifiers"),
         mcp_servers=tuple(McpServer.from_model(m) for m in agent.mcp_servers or ()),
+        model_retry=ModelRetry(r.attempts, r.first_wait, r.max_wait) if (r := agent.model_retry) else None,
     )

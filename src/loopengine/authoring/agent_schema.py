@@ -64,6 +64,20 @@ class NotifierModel(Strict):
     tools: Annotated[list[NonEmpty], Field(min_length=1)] | None = None
 
 
+class ModelRetryModel(Strict):
+    """``model_retry:`` how a turn waits out transient model errors (after the SDK's own retries)."""
+
+    attempts: Annotated[int, Field(ge=1, le=20)] = 5
+    first_wait: Duration = 30.0
+    max_wait: Duration = 600.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ModelRetryModel:
+        if self.first_wait <= 0 or self.max_wait < self.first_wait:
+            raise ValueError("model_retry: first_wait must be > 0 and max_wait at least first_wait")
+        return self
+
+
 class AgentFile(Strict):
     """``agent.yaml``."""
 
@@ -81,6 +95,7 @@ class AgentFile(Strict):
     live_wait: Duration | None = None
     tool_timeouts: dict[str, Duration] | None = None
     mcp_servers: list[McpServerModel] | None = None
+    model_retry: ModelRetryModel | None = None
 
     @model_validator(mode="after")
     def _expiry_needs_ttl(self) -> AgentFile:

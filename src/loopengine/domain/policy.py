@@ -68,3 +68,29 @@ def on_new_message(raw: dict[str, Any], where: str) -> str:
     if value not in ON_NEW_MESSAGE:
         raise ConfigError(f"{where}.on_new_message: must be one of {list(ON_NEW_MESSAGE)}, not {value!r}")
     return str(value)
+
+
+@dataclass(frozen=True)
+class ModelRetry:
+    """``model_retry:`` a transient model error waits ``first_wait`` doubling up to ``max_wait``.
+
+    After ``attempts`` failures in a row the turn ends ``error``. The deployment's defaults (Runtime:
+    5 attempts, 30 s first wait, 10 min at most) apply when an agent names none.
+    """
+
+    attempts: int = 5
+    first_wait: float = 30.0
+    max_wait: float = 600.0
+
+    def wait(self, failures: int) -> float:
+        """Seconds to wait after the ``failures``-th failure in a row."""
+        return float(min(self.first_wait * 2.0 ** (failures - 1), self.max_wait))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Snapshot form."""
+        return {"attempts": self.attempts, "first_wait": self.first_wait, "max_wait": self.max_wait}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ModelRetry:
+        """Parse the snapshot form."""
+        return ModelRetry(int(d["attempts"]), float(d["first_wait"]), float(d["max_wait"]))
