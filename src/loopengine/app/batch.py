@@ -24,13 +24,12 @@ from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import InvalidInput, StoreError, ToolOutcomeUnknown
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.ids import new_id
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
 from loopengine.domain.notifications import ApprovalEvent, QuestionEvent
 from loopengine.domain.policy import Expiry
 from loopengine.domain.schema import validate_args
 from loopengine.domain.turns import CallRecord, TurnRecord
-
-JsonDict = dict[str, Any]
 
 
 @dataclass

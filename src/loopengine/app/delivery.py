@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from loopengine.app import faults
 from loopengine.app.ports import Notification
@@ -25,8 +24,6 @@ from loopengine.domain.ids import new_id
 from loopengine.domain.notifications import ApprovalEvent, NotificationEvent, QuestionEvent
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import TurnRecord
-
-JsonDict = dict[str, Any]
 
 
 def announce(

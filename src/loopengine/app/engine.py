@@ -44,12 +44,12 @@ from loopengine.domain.errors import (
 )
 from loopengine.domain.idempotency import Claim, claim
 from loopengine.domain.ids import new_id
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
-JsonDict = dict[str, Any]
 ApprovalScope = Literal["turn"]
 Trigger = Literal["message", "schedule"]
 

@@ -37,11 +37,11 @@ from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
-JsonDict = dict[str, Any]
 _RECORD_MARGIN = 2.0
 """Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
 

@@ -24,12 +24,10 @@ from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, WrongKind
 from loopengine.domain.gate import Decision
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import Principal
 from loopengine.domain.schema import validate_args
 from loopengine.domain.turns import TurnRecord
-
-JsonDict = dict[str, Any]
-
 
 Decider = Principal
 """Who decides (a :class:`~loopengine.domain.principals.Principal`), recorded with every decision."""

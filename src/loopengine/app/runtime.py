@@ -12,12 +12,11 @@ from loopengine.authoring.mcp import McpConnector
 from loopengine.authoring.tools import ToolFn
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.errors import Conflict, NotFound, VersionConflict
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import TurnRecord
 
 MAX_CAS_ATTEMPTS = 50
 Decide = Callable[[TurnRecord, TurnCheckpoint | None], Change | None]
-
-JsonDict = dict[str, Any]
 
 
 class AgentSource(Protocol):

@@ -30,8 +30,7 @@ from typing import Any
 
 from loopengine.authoring.context import ToolContext
 from loopengine.authoring.tools import Tool
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 GRACE = 1.0
 """Seconds past a timeout the wait goes on (an async tool's cancellation runs in them)."""

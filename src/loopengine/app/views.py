@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from loopengine.app.resolution import Resolution
 from loopengine.app.worker import TurnOutcome
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
-
-JsonDict = dict[str, Any]
 
 
 def pending_item(item: PendingItem) -> JsonDict:

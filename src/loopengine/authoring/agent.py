@@ -25,10 +25,9 @@ from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
 from loopengine.domain.gate import RuleSet
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
-
-JsonDict = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loopengine.domain.clock import Clock, SystemClock
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 KEY_PREFIX = "le_"
 """Every idempotency key starts with this (then 40 hex digits: 160 bits of SHA-256)."""

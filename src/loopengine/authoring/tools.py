@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT, ToolContext
+from loopengine.domain.jsontypes import JsonDict
 
-JsonDict = dict[str, Any]
 ToolFn = Callable[..., Any]
 """``fn(args)`` or ``fn(args, ctx: ToolContext)``, plain or ``async``."""
 

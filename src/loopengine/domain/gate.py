@@ -27,10 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopengine.domain.errors import ConfigError
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry
 from loopengine.domain.rules import RuleModel, RulesFile, summary
-
-JsonDict = dict[str, Any]
 
 
 class Decision(StrEnum):

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.jsontypes import JsonDict
 
 Role = Literal["user", "assistant"]
-JsonDict = dict[str, Any]
 
 
 @dataclass(frozen=True)

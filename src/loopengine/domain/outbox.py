@@ -27,9 +27,8 @@ decided inline meanwhile (only held records are dropped: any other stays at leas
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 FIRST_RETRY_SECONDS = 30.0
 """The writer tries at once; the sweep leaves a record alone this long (the writer's attempt)."""

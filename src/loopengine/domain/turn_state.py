@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loopengine.domain.turns import JsonDict, StopReason, TurnRecord, TurnStatus
+from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 CLAIMABLE = (TurnStatus.READY, TurnStatus.RETRYING, TurnStatus.RUNNING, TurnStatus.QUEUED)
 

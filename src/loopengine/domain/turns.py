@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 
 class TurnStatus(StrEnum):

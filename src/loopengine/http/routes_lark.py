@@ -44,6 +44,7 @@ from loopengine.channels.lark import cards
 from loopengine.channels.lark import receive as lark
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import Forbidden, InvalidInput
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import typed
 from loopengine.http import openapi, root, secrets, web
 from loopengine.http.observability import logger
@@ -56,8 +57,6 @@ ENCRYPT_KEY_ENV = "LOOPENGINE_LARK_ENCRYPT_KEY"
 CHANNEL = "lark"
 
 NOT_AN_APPROVER = "You are not among the approvers"
-
-JsonDict = dict[str, Any]
 
 
 def _error(description: str) -> OpenAPIResponse:

@@ -63,6 +63,7 @@ from loopengine.channels.slack.interact import SlackAction, SlackRequest, SlackS
 from loopengine.channels.slack.send import DEFAULT_API_BASE
 from loopengine.channels.slack.values import ANSWER, APPROVE, TEXT
 from loopengine.domain.errors import ConfigError, DeliveryError, Forbidden, InvalidInput
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.limits import MAX_ANSWER_CHARS
 from loopengine.domain.principals import typed
 from loopengine.http import openapi, root, secrets, web
@@ -86,7 +87,6 @@ REPLY_TIMEOUT = 2.0
 VIEWS_TIMEOUT = 2.0
 """Seconds per phase for ``views.open`` (the trigger is good for 3 s)."""
 
-JsonDict = dict[str, Any]
 
 RESPONSES: dict[int, OpenAPIResponse] = {
     **openapi.SLACK,

@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 from loopengine.authoring.mcp import ListedTool, McpAnswer, McpNotRun, McpPin, McpServer
 from loopengine.domain.errors import ToolOutcomeUnknown
+from loopengine.domain.jsontypes import JsonDict
 
-JsonDict = dict[str, Any]
 T = TypeVar("T")
 
 MAX_PAGES = 20

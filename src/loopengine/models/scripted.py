@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, replace
 
 from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.domain.errors import FatalModelError
-from loopengine.domain.messages import Block, JsonDict, TextBlock, ToolUseBlock
+from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
 
 Responder = Callable[[ModelRequest], ModelResponse]
 """Computes the model's answer to one request."""

@@ -41,8 +41,8 @@ from loopengine.channels.magic import token as magic
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import InvalidInput
 from loopengine.domain.fate import Fate, FateState
+from loopengine.domain.jsontypes import JsonDict
 
-JsonDict = dict[str, Any]
 Verdict = Literal["approve", "deny", "answer"]
 
 APPROVE: Verdict = "approve"

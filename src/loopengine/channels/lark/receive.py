@@ -65,8 +65,7 @@ from typing import Any
 from loopengine.channels.lark.cards import Verdict, parse_button_value
 from loopengine.domain.errors import InvalidInput
 from loopengine.domain.jsonsafe import parse_json
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 SIGNATURE_HEADER = "X-Lark-Signature"
 TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"

@@ -26,8 +26,8 @@ from loopengine.domain import errors
 from loopengine.domain.decisions import Abandoned, Decision
 from loopengine.domain.fate import Fate, FateState
 from loopengine.domain.jsonsafe import BadJson, parse_json
+from loopengine.domain.jsontypes import JsonDict
 
-JsonDict = dict[str, Any]
 ARG_PREFIX = "arg."
 
 FieldKind = Literal["string", "number", "integer", "boolean", "enum", "json"]

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from loopengine.authoring.tools import Tool
-from loopengine.channels.magic.form import ClosedState, Field, JsonDict, fields, shown, when
+from loopengine.channels.magic.form import ClosedState, Field, fields, shown, when
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.jsontypes import JsonDict
 
 MULTILINE_AFTER = 80
 

@@ -18,7 +18,6 @@ into ``plain_text``, and is clipped to Slack's limits.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from loopengine.channels.slack.values import (
     ANSWER,
@@ -30,8 +29,7 @@ from loopengine.channels.slack.values import (
     button_value,
 )
 from loopengine.domain.fate import Fate, FateState
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 SECTION_LIMIT = 3000
 """Slack's limit for a section's text."""

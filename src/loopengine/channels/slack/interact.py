@@ -37,7 +37,6 @@ from loopengine.channels.slack.blocks import (
     ANSWER_ACTION,
     ANSWER_BLOCK,
     MODAL_CALLBACK,
-    JsonDict,
     approval_blocks,
     ephemeral_message,
     escape,
@@ -58,6 +57,7 @@ from loopengine.channels.slack.values import button_value as make_value
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import InvalidInput
 from loopengine.domain.jsonsafe import BadJson, parse_json
+from loopengine.domain.jsontypes import JsonDict
 
 __all__ = [
     "APPROVE",
