@@ -15,6 +15,7 @@ from string import Template
 
 from loopengine.authoring import scaffold_templates as t
 from loopengine.authoring.agent_schema import AGENT_NAME
+from loopengine.authoring.scaffold_standin import STANDIN_PY
 from loopengine.domain.errors import InvalidInput
 from loopengine.domain.yaml_lines import display
 
@@ -49,7 +50,7 @@ def new_agent(name: str, parent: Path) -> Scaffolded:
         "rules.yaml": t.RULES_YAML,
         "tools.py": t.TOOLS_PY,
         "script.py": t.SCRIPT_PY,
-        "payments_standin.py": t.STANDIN_PY,
+        "payments_standin.py": STANDIN_PY,
         f"test_{module}.py": t.TEST_PY,
     }
     folder.mkdir(parents=True)
