@@ -31,6 +31,7 @@ from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.worker import TurnOutcome
 from loopengine.bootstrap import build_runtime
 from loopengine.domain.clock import SystemClock
+from loopengine.domain.turns import TurnStatus
 from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores
 
 TABLE = "loopengine-bench"
@@ -84,10 +85,14 @@ class Meter:
         name = model.name
         if name == "PutItem":
             self._write(params["Item"], 1)
+        elif name == "DeleteItem":
+            self._drop(params["Key"], 1)
         elif name == "TransactWriteItems":
             for action in params["TransactItems"]:
                 if "Put" in action:
                     self._write(action["Put"]["Item"], 2)
+                elif "Delete" in action:
+                    self._drop(action["Delete"]["Key"], 2)
         elif name == "BatchWriteItem":
             for requests in params["RequestItems"].values():
                 for request in requests:
@@ -109,6 +114,14 @@ class Meter:
         if new is not None:
             self.partition_wru[f"gsi1:{new[0]}"] += units
             self.wru += units
+
+    def _drop(self, key: dict[str, Any], factor: int) -> None:
+        self.wru += factor
+        self.partition_wru[key["pk"]["S"]] += factor
+        old = self.indexed.pop((key["pk"]["S"], key["sk"]["S"]), None)
+        if old is not None:
+            self.partition_wru[f"gsi1:{old[0]}"] += factor
+            self.wru += factor
 
     def _answered(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
         if "Item" in parsed and model.name == "GetItem":
@@ -211,6 +224,32 @@ def metered_engine() -> Iterator[tuple[Engine, Meter, PhaseInvoker]]:
         engine = Engine(build_runtime({"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores))
         invoker.engine = engine
         yield engine, meter, invoker
+
+
+def run_flow(engine: Engine, meter: Meter, invoker: PhaseInvoker, session_id: str | None) -> dict[str, Any]:
+    """The common scenario in ``session_id`` (a new one if None), metered phase by phase.
+
+    A message runs the allowed ``lookup_order`` and parks on the gated ``issue_refund``; approving
+    it resumes the turn, which parks on ``send_email``; approving that resumes it to the end. One
+    such flow is one *cycle* in ``scripts/partition_rate.py``.
+    """
+    phases: dict[str, Any] = {}
+    meter.clear()
+    out = engine.send_message(AGENT, BROKEN, session_id=session_id)
+    phases["message -> pause"] = meter.report()
+    assert out.status is TurnStatus.PAUSED and [p.tool for p in out.pending] == ["issue_refund"]
+    for name, then in (("refund", "pause"), ("email", "finish")):
+        meter.clear()
+        invoker.resolve_part = None
+        pending = engine.outcome(out.turn_id).pending[0].pending_id
+        meter.clear()
+        engine.resolve(pending, "approve", WHO)
+        assert invoker.resolve_part is not None
+        phases[f"resolve ({name})"] = invoker.resolve_part
+        phases[f"resume -> {then}"] = meter.report()
+    assert engine.turn(out.turn_id).status is TurnStatus.FINISHED
+    phases["session"] = out.session_id
+    return phases
 
 
 def _report(counts: Counter[str], split: Counter[str] | None = None) -> dict[str, Any]:

@@ -111,10 +111,10 @@ def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> tuple[OutboxRecor
 
 def session_free(rt: Runtime, turn: TurnRecord) -> bool:
     """Every turn of ``turn``'s session that came before it has finished."""
-    ordered = rt.stores.turns.session_turns(turn.session_id)  # oldest first, ties broken by the store
+    ordered = rt.stores.turns.unfinished_session_turns(turn.session_id)  # oldest first, as the store ties
     ids = [t.turn_id for t in ordered]
     earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
-    return all(t.status is TurnStatus.FINISHED for t in earlier)
+    return not earlier
 
 
 def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: DecidedBy) -> TurnRecord:

@@ -146,6 +146,13 @@ class TurnStore(Protocol):
         """Every turn of a session, oldest first."""
         ...
 
+    def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's turns that have not finished, oldest first (``session_turns``' order).
+
+        What it costs must not grow with the session's finished turns.
+        """
+        ...
+
     def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
         """Up to ``limit`` turns whose ``due_at`` is at or before ``now``, earliest first.
 

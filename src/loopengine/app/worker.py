@@ -118,7 +118,8 @@ def finish(
 
 def start_next_queued(rt: Runtime, session_id: str) -> None:
     """The session is free: the next queued message starts its turn (the sweep retries if lost)."""
-    waiting = [t for t in rt.stores.turns.session_turns(session_id) if t.status is TurnStatus.QUEUED]
+    unfinished = rt.stores.turns.unfinished_session_turns(session_id)
+    waiting = [t for t in unfinished if t.status is TurnStatus.QUEUED]
     if waiting:
         hand_on(rt, waiting[0])
 

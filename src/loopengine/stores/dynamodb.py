@@ -35,9 +35,9 @@ from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_codec import key, n, s, sortable
-from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
+from loopengine.stores.dynamodb_items import Action, DynamoStore, active_key, append_conflict
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_ITEMS,
@@ -135,6 +135,11 @@ class _Plan:
 class DynamoTurnStore(DynamoStore):
     """TurnStore on DynamoDB: turns (indexed per session), events, call claims, config snapshots."""
 
+    def __init__(self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> None:
+        super().__init__(table, clock, ttl_days)
+        self._configs: set[str] = set()
+        """Config hashes this store has written or read: stored for good, never put again."""
+
     def commit(self, change: Change) -> Committed:
         """One TransactWriteItems for the whole transition (see :class:`~loopengine.app.ports.Change`).
 
@@ -163,6 +168,8 @@ class DynamoTurnStore(DynamoStore):
             turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
             expected = version_is(change.turn.version)
             plan.add([self.table.put_action(self._turn_item(turn), expected)], TurnRecord.from_dict)
+            if turn.status is TurnStatus.FINISHED:  # its ACTIVE# entry goes in the same write
+                plan.add([self._unlist_action(turn)])
         if change.new_checkpoint is not None:
             plan.add(self._create_checkpoint_actions(cp := change.new_checkpoint))
         if change.checkpoint is not None:
@@ -246,6 +253,8 @@ class DynamoTurnStore(DynamoStore):
         """
         stored = dataclasses.replace(turn, version=turn.version + 1)
         self._compare_and_set(self._turn_item(stored), turn.version, TurnRecord.from_dict)
+        if stored.status is TurnStatus.FINISHED:
+            self.table.delete(**_pk_sk(active_key(stored)))
         return stored
 
     def session_turns(self, session_id: str) -> list[TurnRecord]:
@@ -254,6 +263,21 @@ class DynamoTurnStore(DynamoStore):
         found = self.table.batch_get([key(f"TURN#{turn_id}", "TURN") for turn_id in ids])
         turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
+
+    def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's turns that have not finished, oldest first: whatever the session's age.
+
+        A consistent Query of the ``ACTIVE#`` entries, then BatchGetItem of those turns; an entry
+        whose turn finished anyway (a crash between a ``replace_turn`` and its delete) is left out
+        and dropped.
+        """
+        ids = [i["turnId"]["S"] for i in self.table.query(f"SESSION#{session_id}", "ACTIVE#")]
+        found = self.table.batch_get([key(f"TURN#{turn_id}", "TURN") for turn_id in ids])
+        turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
+        ordered = [turns[turn_id] for turn_id in ids if turn_id in turns]
+        for done in (t for t in ordered if t.status is TurnStatus.FINISHED):
+            self.table.delete(**_pk_sk(active_key(done)))
+        return [t for t in ordered if t.status is not TurnStatus.FINISHED]
 
     def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
         """Turns due at or before ``now``, earliest first (eventually consistent).
@@ -324,13 +348,28 @@ class DynamoTurnStore(DynamoStore):
         return {record.tool_use_id: record for record in records}
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
-        """Store a snapshot under its hash; a second put of the same hash changes nothing."""
+        """Store a snapshot under its hash; a second put of the same hash changes nothing.
+
+        A hash this store already wrote or read is stored (snapshots are never changed nor
+        deleted), so it costs no request: without that, every turn start would send a put whose
+        condition fails.
+        """
+        if config_hash in self._configs:
+            return
         with suppress(ConditionFailed):
             self.table.put(self._item(f"CONFIG#{config_hash}", "CONFIG", snapshot), ABSENT)
+        self._configs.add(config_hash)
 
     def get_config(self, config_hash: str) -> JsonDict | None:
         """Read a snapshot, or None."""
-        return self._read(f"CONFIG#{config_hash}", "CONFIG", dict)
+        found = self._read(f"CONFIG#{config_hash}", "CONFIG", dict)
+        if found is not None:
+            self._configs.add(config_hash)
+        return found
+
+
+def _pk_sk(item: dict[str, Any]) -> dict[str, str]:
+    return {"pk": item["pk"]["S"], "sk": item["sk"]["S"]}
 
 
 def _started(call: CallRecord) -> float:

@@ -17,6 +17,9 @@ messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the mess
                                                                   (one per item unless an append
                                                                   brings more than 99)
 session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
+unfinished turn  ``SESSION#<sid>``  ``ACTIVE#<t createdAt>#<tid>`` turnId (created with the turn,
+                                                                  deleted by the write that
+                                                                  finishes it)
 turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
                                                                   is due: gsi1pk ``DUE``, gsi1sk
                                                                   ``<t dueAt>#<tid>``
@@ -59,7 +62,7 @@ from loopengine.domain.clock import Clock
 from loopengine.domain.errors import StoreError, VersionConflict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -152,8 +155,14 @@ class DynamoStore:
 
     def _create_turn_actions(self, turn: TurnRecord) -> list[Action]:
         index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
-        items = (self._turn_item(turn), {**index, "turnId": s(turn.turn_id)})
+        items = [self._turn_item(turn), {**index, "turnId": s(turn.turn_id)}]
+        if turn.status is not TurnStatus.FINISHED:
+            items.append({**active_key(turn), "turnId": s(turn.turn_id)})
         return [self.table.put_action(item, ABSENT) for item in items]
+
+    def _unlist_action(self, turn: TurnRecord) -> Action:
+        """Drop a finishing turn's ``ACTIVE#`` entry (no condition: gone already is fine)."""
+        return {"Delete": {"TableName": self.table.name, "Key": active_key(turn)}}
 
     def _turn_item(self, turn: TurnRecord) -> Item:
         attributes = {"version": n(turn.version)}
@@ -178,6 +187,11 @@ class DynamoStore:
 
     def _call_item(self, call: CallRecord) -> Item:
         return self._item(f"TURN#{call.turn_id}", f"CALL#{call.tool_use_id}", call.to_dict(), self._ttl())
+
+
+def active_key(turn: TurnRecord) -> Item:
+    """The key of a turn's entry among its session's unfinished turns (same order as ``TURN#``)."""
+    return key(f"SESSION#{turn.session_id}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
 
 
 def append_conflict(lost: TransactionCancelled, head: int, session_id: str, expected_len: int) -> Exception:

@@ -23,7 +23,7 @@ from loopengine.domain.errors import AlreadyExists, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.sqlite_database import SqliteDatabase, compare_and_set, dumps, insert, loads
 
 __all__ = [
@@ -199,6 +199,10 @@ class SqliteTurnStore(_SqliteStore):
         """Every turn of a session, oldest first."""
         sql = "SELECT body FROM turns WHERE session_id = ? ORDER BY created_at, rowid"
         return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (session_id,))]
+
+    def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's turns that have not finished, oldest first."""
+        return [t for t in self.session_turns(session_id) if t.status is not TurnStatus.FINISHED]
 
     def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
         """Turns due at or before ``now``, earliest first (ties by turn id)."""
