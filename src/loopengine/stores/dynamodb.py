@@ -37,7 +37,7 @@ from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_codec import key, n, s, sortable
-from loopengine.stores.dynamodb_items import Action, DynamoStore, active_key, append_conflict
+from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_ITEMS,
@@ -254,7 +254,7 @@ class DynamoTurnStore(DynamoStore):
         stored = dataclasses.replace(turn, version=turn.version + 1)
         self._compare_and_set(self._turn_item(stored), turn.version, TurnRecord.from_dict)
         if stored.status is TurnStatus.FINISHED:
-            self.table.delete(**_pk_sk(active_key(stored)))
+            self._drop_active(stored)
         return stored
 
     def session_turns(self, session_id: str) -> list[TurnRecord]:
@@ -276,7 +276,7 @@ class DynamoTurnStore(DynamoStore):
         turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
         ordered = [turns[turn_id] for turn_id in ids if turn_id in turns]
         for done in (t for t in ordered if t.status is TurnStatus.FINISHED):
-            self.table.delete(**_pk_sk(active_key(done)))
+            self._drop_active(done)
         return [t for t in ordered if t.status is not TurnStatus.FINISHED]
 
     def due_turns(self, now: float, limit: int = 100) -> list[TurnRecord]:
@@ -366,10 +366,6 @@ class DynamoTurnStore(DynamoStore):
         if found is not None:
             self._configs.add(config_hash)
         return found
-
-
-def _pk_sk(item: dict[str, Any]) -> dict[str, str]:
-    return {"pk": item["pk"]["S"], "sk": item["sk"]["S"]}
 
 
 def _started(call: CallRecord) -> float:

@@ -160,6 +160,10 @@ class DynamoStore:
             items.append({**active_key(turn), "turnId": s(turn.turn_id)})
         return [self.table.put_action(item, ABSENT) for item in items]
 
+    def _drop_active(self, turn: TurnRecord) -> None:
+        """Drop a finished turn's ``ACTIVE#`` entry on its own (one DeleteItem)."""
+        self.table.delete(f"SESSION#{turn.session_id}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
+
     def _unlist_action(self, turn: TurnRecord) -> Action:
         """Drop a finishing turn's ``ACTIVE#`` entry (no condition: gone already is fine)."""
         return {"Delete": {"TableName": self.table.name, "Key": active_key(turn)}}
