@@ -101,7 +101,8 @@ def _chat(args: argparse.Namespace) -> int:
     if (args.user is None) != (args.password is None):
         print("loopengine chat: --user and --password go together", file=sys.stderr)
         return 2
-    auth, hint = os.environ.get("LOOPENGINE_CHAT_AUTH") or None, '"$LOOPENGINE_CHAT_AUTH"'
+    auth = os.environ.get("LOOPENGINE_CHAT_AUTH") or None
+    hint: str | None = '"$LOOPENGINE_CHAT_AUTH"'
     if args.user is not None:
         auth, hint = f"{args.user}:{args.password}", args.user
     if not math.isfinite(args.wait_server) or args.wait_server < 0:
