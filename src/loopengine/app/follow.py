@@ -21,15 +21,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loopengine.app.live import BUS, TEXT_DELTA, LiveBus, Piece
+from loopengine.domain.jsontypes import JsonDict
 
 if TYPE_CHECKING:
     from loopengine.app.engine import Engine
     from loopengine.app.resolution import Decider
 
-JsonDict = dict[str, Any]
 
 FIRST_READ_SECONDS, MAX_READ_SECONDS = 0.05, 0.5
 CALL_ENDS = frozenset({"model_response", "model_call_abandoned", "model_error"})

@@ -26,8 +26,6 @@ from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
-JsonDict = dict[str, Any]
-
 ABANDONED = {
     StopReason.SUPERSEDED: (
         "the user moved on with a new message before anyone answered; "

@@ -31,12 +31,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
 
 from loopengine.domain.clock import Clock
 from loopengine.domain.ids import new_id
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 TEXT_DELTA = "text:delta"
 DELTA_FLUSH_SECONDS = 0.25

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.idempotency import IdempotencyRecord
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
-
-JsonDict = dict[str, Any]
 
 
 class CheckpointStore(Protocol):

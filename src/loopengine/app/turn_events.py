@@ -17,11 +17,9 @@ message came on the live channel), ``decided`` (who, through which channel), ``n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from loopengine.domain.checkpoint import PendingItem
-
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 0.5

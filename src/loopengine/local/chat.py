@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import select
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.local.chat_client import (
     SERVER_WAIT_SECONDS,
     ChatClient,
@@ -29,7 +30,6 @@ from loopengine.local.chat_client import (
     wait_for_server,
 )
 
-JsonDict = dict[str, Any]
 POLL_SECONDS = 20.0
 
 

@@ -22,10 +22,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.client import HTTPResponse
-from typing import Any
 from urllib.parse import quote
 
-JsonDict = dict[str, Any]
+from loopengine.domain.jsontypes import JsonDict
+
 CHANNEL_HEADER = "X-Loopengine-Channel"
 
 

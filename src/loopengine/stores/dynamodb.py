@@ -28,11 +28,12 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from loopengine.app.ports import Change, Committed, JsonDict, Stores
+from loopengine.app.ports import Change, Committed, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus

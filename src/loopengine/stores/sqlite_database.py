@@ -22,8 +22,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from loopengine.app.ports import JsonDict
 from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
+from loopengine.domain.jsontypes import JsonDict
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
