@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,9 @@ def test_importing_the_core_loads_no_sdk() -> None:
     )
     loaded = {m.split(".")[0] for m in json.loads(done.stdout)}
     assert not loaded & {"anthropic", "boto3", "botocore", "httpx", "aws_lambda_powertools"}
+
+
+def test_one_home_for_the_shared_json_alias() -> None:
+    """``JsonDict`` is defined once (domain/jsontypes.py); everything else imports it."""
+    homes = [p for p in modules() if re.search(r"^JsonDict\s*=", p.read_text(), re.M)]
+    assert [p.relative_to(PACKAGE).as_posix() for p in homes] == ["domain/jsontypes.py"]
