@@ -112,7 +112,10 @@ def test_cancel_during_a_long_model_call_shows_cancelled_within_a_second(
         answers: list[tuple[int, dict[str, Any]]] = []
 
         def send() -> None:
-            answers.append(request(srv.port, "POST", "/agents/talker/messages", {"message": "hello"}))
+            try:
+                answers.append(request(srv.port, "POST", "/agents/talker/messages", {"message": "hello"}))
+            except OSError as exc:  # reported by the assertion below, never lost in the thread
+                answers.append((0, {"error": repr(exc)}))
 
         sender = threading.Thread(target=send)
         sender.start()
@@ -126,7 +129,7 @@ def test_cancel_during_a_long_model_call_shows_cancelled_within_a_second(
         seen = time.monotonic() - cancelled_at
         assert done["stopReason"] == "cancelled"
         assert seen <= 1.0, f"cancelled visible after {seen:.2f} s"
-        sender.join(timeout=10)
+        sender.join(timeout=30)
     assert answers and answers[0][1]["stopReason"] == "cancelled", answers
     abandoned = [e for e in done["audit"] if e["type"] == "model_call_abandoned"]
     assert [e["reason"] for e in abandoned] == ["cancelled"]
