@@ -8,7 +8,7 @@ wall and CPU time give the ratio handler / floor, which the contract wants at mo
 our own and third-party, and which modules of :data:`WATCH` (SDKs a handler's cold import should
 not load unless it needs them) are among them.
 
-    python bench/cold_import.py [--rounds N] [--out bench/results/cold_import.json] [--check]
+    python bench/cold_import.py [--rounds N] [--snapshot-rounds N] [--python PY] [--out FILE] [--check]
 
 ``--check`` exits 1 when a ratio is above the target. The times depend on the machine and its load
 (the alternation puts both sides under the same load); tests/test_cold_start.py asserts only the
@@ -105,6 +105,9 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_", "POWERTOOLS_"))
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    # Bytecode is written (by the warm-up) and read: without it every import compiles its source,
+    # which would measure the compiler (Lambda reads the .pyc that pip wrote for the dependencies)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return {**env, **(extra or {})}
 
 
@@ -238,21 +241,21 @@ class Result:
         return self.ratio("wall") <= TARGET and self.ratio("cpu") <= TARGET
 
 
-def measure(module: str, rounds: int, snapshot_rounds: int = 0) -> Result:
+def measure(module: str, rounds: int, snapshot_rounds: int = 0, python: str = sys.executable) -> Result:
     """``rounds`` alternating pairs, then ``snapshot_rounds`` imports with the before-snapshot hooks.
 
     The handler goes first on even rounds, the floor on odd ones.
     """
     result = Result(module, rounds)
     code = handler_code(module)
-    probe(code)  # warm-up: bytecode and the page cache, for both sides alike
-    probe(FLOORS[module])
+    probe(code, python)  # warm-up: bytecode and the page cache, for both sides alike
+    probe(FLOORS[module], python)
     for i in range(rounds):
         pair = [("handler", code), ("floor", FLOORS[module])]
         for side, text in pair if i % 2 == 0 else reversed(pair):
-            getattr(result, side).append(probe(text))
+            getattr(result, side).append(probe(text, python))
     for _ in range(snapshot_rounds):
-        result.snapshot.append(probe(snapshot_code(module), env=SNAPSHOT_ENV))
+        result.snapshot.append(probe(snapshot_code(module), python, SNAPSHOT_ENV))
     return result
 
 
@@ -279,19 +282,28 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def machine() -> dict[str, object]:
+def machine(python: str = sys.executable) -> dict[str, object]:
     """Where the figures were taken."""
+    version = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return {
-        "python": platform.python_version(),
+        "python": version,
+        "interpreter": python,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
-def run(rounds: int, modules: list[str] | None = None, snapshot_rounds: int = 3) -> list[Result]:
-    """Measure every handler of :data:`FLOORS` (or the ``modules`` given)."""
-    return [measure(m, rounds, snapshot_rounds) for m in modules or list(FLOORS)]
+def run(
+    rounds: int, modules: list[str] | None = None, snapshot_rounds: int = 3, python: str = sys.executable
+) -> list[Result]:
+    """Measure every handler of :data:`FLOORS` (or the ``modules`` given) with the interpreter ``python``."""
+    return [measure(m, rounds, snapshot_rounds, python) for m in modules or list(FLOORS)]
 
 
 def snapshot_table(results: list[Result]) -> str:
@@ -309,12 +321,12 @@ def snapshot_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def write(results: list[Result], out: Path) -> None:
+def write(results: list[Result], out: Path, python: str = sys.executable) -> None:
     """Write the JSON result (figures, module counts, where they were taken)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "target": TARGET,
-        "machine": machine(),
+        "machine": machine(python),
         "handlers": [r.summary() for r in results],
     }
     out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -329,16 +341,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--snapshot-rounds", type=int, default=3, help="runs with the snapshot hook (0: none)"
     )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the interpreter to measure (e.g. a python3.12 environment with the runtime lock, as Lambda's)",
+    )
     parser.add_argument("--check", action="store_true", help=f"exit 1 when a ratio is above {TARGET}")
     parser.add_argument("modules", nargs="*", help="handler modules (default: all three)")
     args = parser.parse_args(argv)
-    results = run(args.rounds, args.modules, args.snapshot_rounds)
+    results = run(args.rounds, args.modules, args.snapshot_rounds, args.python)
     print(f"cold import, medians of {args.rounds} alternating rounds (target <= {TARGET}x the floor)")
     print(table(results))
     if args.snapshot_rounds:
         print(f"\nimport + SnapStart's before-snapshot hook, medians of {args.snapshot_rounds} (no target)")
         print(snapshot_table(results))
-    write(results, args.out)
+    write(results, args.out, args.python)
     print(f"written: {args.out}")
     return 1 if args.check and not all(r.ok() for r in results) else 0
 

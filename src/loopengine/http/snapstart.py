@@ -1,10 +1,14 @@
 """Lambda init: what a handler loads before its first request, and the two SnapStart runtime hooks.
 
-The handler shims (``src/handlers/*.py``, Lambda only) call :func:`init` at import. It imports
-boto3, which every invocation in AWS needs (DynamoDB, the resume invoke), so the init phase pays for
-it rather than the first request, and registers the hooks when the Lambda Python runtime provides
+The handler shims (``src/handlers/*.py``, Lambda only) import this module first. It imports the
+third-party packages every invocation in AWS uses (boto3 for DynamoDB and the resume invoke,
+pydantic, PyYAML, Powertools), so the init pays for them rather than the first request, then
+freezes the garbage collector's view of them (``gc.freeze``): the collections that run while the
+project's own modules load, and in every request after, no longer walk those long-lived objects
+(about a sixth of the handlers' own import CPU, docs/performance.md). The shims then call
+:func:`init`, which registers the hooks when the Lambda Python runtime provides
 ``snapshot_restore_py`` (python3.12 and later; elsewhere, ``loopengine dev`` and tests included,
-nothing is registered and nothing else is imported).
+nothing is registered).
 
 With SnapStart (template.yaml: ``SnapStart: ApplyOn: PublishedVersions``) Lambda runs the init once
 per published version, runs :func:`before_snapshot`, snapshots the memory, and restores that
@@ -33,6 +37,7 @@ after a restore
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -41,10 +46,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import boto3  # noqa: F401  (imported at init: every invocation in AWS uses it)
+import boto3  # noqa: F401  (the dependencies every invocation in AWS uses, loaded at init)
+import yaml  # noqa: F401
+from aws_lambda_powertools import Logger, Metrics  # noqa: F401
+from pydantic import BaseModel
 
 from loopengine.domain.errors import LoopengineError
-from loopengine.http import root, secrets
+from loopengine.http import secrets
+
+gc.freeze()  # the objects above live as long as the process: no collection needs to walk them again
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,8 @@ def wants_model_sdk(env: Mapping[str, str]) -> bool:
 
 def before_snapshot(kind: Kind) -> None:
     """Load and build what the first request of a restored environment would otherwise pay for."""
+    from loopengine.http import root
+
     if wants_model_sdk(os.environ):
         warm_model_sdk()
     try:
@@ -83,6 +95,7 @@ def before_snapshot(kind: Kind) -> None:
     if kind == "api":
         warm_api()
     build_models()
+    gc.freeze()  # what the snapshot holds lives as long as the environment
 
 
 def warm_model_sdk() -> None:
@@ -98,6 +111,8 @@ def warm_model_sdk() -> None:
 
 def load_agents() -> list[str]:
     """Parse every agent folder and import its tools; the names of those that failed (logged)."""
+    from loopengine.http import root
+
     registry = root.registry()
     failed = []
     for name in registry.names():
@@ -111,8 +126,6 @@ def load_agents() -> list[str]:
 
 def build_models() -> list[str]:
     """Build every loopengine pydantic model left to first use (``defer_build``); their names."""
-    from pydantic import BaseModel
-
     built, todo = [], list(BaseModel.__subclasses__())
     while todo:
         model = todo.pop()
@@ -170,4 +183,6 @@ def after_restore() -> None:
     parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
     if parameters is not None:  # a secret was read before the snapshot
         parameters.clear_caches()  # the providers, their boto3 clients and cached secret values
+    from loopengine.http import root
+
     root.reconnect()
