@@ -266,3 +266,18 @@ def test_the_api_resolves_through_the_handler_after_a_restore(
     pending = reply["pendingItems"][0]["pendingId"]
     status, reply = call(api.handler, load_event("resolve_approve", pendingId=pending))
     assert status in (200, 202) and invoker.invoked, reply
+
+
+def test_a_failed_api_warm_up_does_not_stop_the_snapshot(
+    aws: Any, hooks: FakeRuntimeHooks, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from loopengine.http import openapi
+
+    def broken(_app: Any) -> dict[str, Any]:
+        raise RuntimeError("no document")
+
+    monkeypatch.setattr(openapi, "document", broken)
+    snapstart.init("api")
+    hooks.snapshot()
+    assert "api warm-up failed before the snapshot: RuntimeError" in caplog.text
+    assert isinstance(root.engine(), Engine)  # the rest of the snapshot was taken

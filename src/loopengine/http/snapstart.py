@@ -93,9 +93,13 @@ def before_snapshot(kind: Kind) -> None:
         log.warning("snapshot taken without a built engine: %s", exc)
         root.reconnect()
     if kind == "api":
-        warm_api()
+        try:
+            warm_api()
+        except Exception as exc:  # a warm-up only: the routes still answer (and report) on their own
+            log.warning("api warm-up failed before the snapshot: %s", type(exc).__name__)
     build_models()
-    gc.freeze()  # what the snapshot holds lives as long as the environment
+    gc.collect()  # then what the snapshot holds, alive for the environment's life, is left alone
+    gc.freeze()
 
 
 def warm_model_sdk() -> None:
