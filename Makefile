@@ -1,8 +1,9 @@
 # Two commands do everything on a fresh machine (Python 3.11 with pip and venv):
 #   make run   - the offline end-to-end demo (embedded SQLite store, scripted model); installs only the
 #                runtime lock (src/requirements.txt) into .venv
-#   make test  - lint (ruff), format check, type check (mypy strict), the whole pytest suite in parallel
-#                (pytest-xdist); installs the dev lock (requirements-dev.txt) into .venv
+#   make test  - lint (ruff), format check, type check (mypy strict), then the pytest suite in parallel
+#                (pytest-xdist): the fast tests, then (building the SAM CLI environment once) the slow
+#                ones; installs the dev lock (requirements-dev.txt) into .venv
 # Daily loop: make dev [PORT=8787] serves the HTTP API on the same SQLite store the demo writes
 # ($LOOPENGINE_DB, default .loopengine/loopengine.db).
 # Versions come from the hashed locks only (scripts/gen_requirements.py writes them from pyproject.toml:
@@ -95,18 +96,30 @@ dev: $(RUNTIME)
 	LOOPENGINE_DB=$(STORE) $(BIN)/loopengine dev --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# the SAM CLI environment is built only here, after lint and the type check have had their say
-pytest: $(STAMP) | $(SAM_STAMP)
-	scripts/ensure_chromium.sh
+# The first time (no SAM CLI environment yet): the fast tests, then the SAM CLI environment (about 6
+# minutes cold), then the slow tests and SAM CLI's (-m slow / sam: pyproject.toml's markers), so lint,
+# types and the fast tests have their say before the long build. Later: the whole suite in one run.
+ifeq ($(wildcard $(SAM_STAMP)),)
+pytest: $(STAMP)
 	scripts/ensure_redis.sh
+	$(BIN)/pytest -n $(JOBS) -m "not slow and not sam"
+	@$(MAKE) --no-print-directory $(SAM_STAMP)
+	scripts/ensure_chromium.sh
+	$(BIN)/pytest -n $(JOBS) -m "slow or sam"
+else
+pytest: $(STAMP)
+	scripts/ensure_redis.sh
+	scripts/ensure_chromium.sh
 	$(BIN)/pytest -n $(JOBS)
+endif
 
+# lint and the type check first: their verdict comes in seconds, before any test runs
 test: lint typecheck pytest
 
 # docs/openapi.json: the OpenAPI document generated from the routes' models (a test checks it is current)

@@ -620,25 +620,12 @@ def test_the_documented_figures_are_the_codes() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_the_templates_and_static_files(tmp_path: Path) -> None:
-    import shutil
-    import subprocess
-    import sys
+def test_the_wheel_carries_the_templates_and_static_files(tmp_path_factory: pytest.TempPathFactory) -> None:
     import zipfile
 
-    # built from a clean copy: an in-tree build/ would still hold the files from an earlier build
-    source = tmp_path / "source"
-    (source / "src").mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "src" / "loopengine",
-        source / "src" / "loopengine",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)]
-    subprocess.run(command, check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("loopengine-*.whl")
+    from tests.wheel_support import built_wheel
+
+    wheel = built_wheel(tmp_path_factory)  # from a clean copy: an in-tree build/ would hold an older build
     names = set(zipfile.ZipFile(wheel).namelist())
     package = ROOT / "src" / "loopengine" / "channels" / "inbox"
     files = [p for p in (*package.glob("templates/*"), *package.glob("static/*")) if p.is_file()]

@@ -19,27 +19,14 @@ from typing import Any
 
 import pytest
 
+from tests.wheel_support import built_wheel
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_wheel_holds_only_the_loopengine_package(tmp_path: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = tmp_path.glob("loopengine-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+@pytest.mark.slow
+def test_the_wheel_holds_only_the_loopengine_package(tmp_path_factory: pytest.TempPathFactory) -> None:
+    names = zipfile.ZipFile(built_wheel(tmp_path_factory)).namelist()  # from all of src/: handlers, agents
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert top == {"loopengine"}, top
     assert "loopengine/http/api.py" in names and "loopengine/local/dev.py" in names
@@ -286,6 +273,33 @@ def test_a_fresh_clone_installs_only_from_the_locks(tmp_path: Path, installer: s
     )  # make run: runtime
     assert "requirements-dev.txt" in " ".join(_installs(test.stdout))  # make test: the dev lock
     assert ("requirements-uv.txt" in run_locks) == (installer == "uv")
+
+
+def test_make_test_lints_and_runs_the_fast_tests_before_it_builds_the_sam_cli_environment(
+    tmp_path: Path,
+) -> None:
+    venv, sam = tmp_path / "venv", tmp_path / "venv-sam"  # a fresh clone: nothing built yet
+    dry = _make("-n", "test", f"VENV={venv}", f"SAM_VENV={sam}")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+
+    def first(pattern: str) -> int:
+        return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+    lint, types = first(r"ruff check src tests bench examples"), first(r"/mypy$")
+    fast, slow = first(r'pytest -n \S+ -m "not slow and not sam"'), first(r'pytest -n \S+ -m "slow or sam"')
+    sam_cli = first(r"pip install .*aws-sam-cli")
+    assert lint < types < fast < sam_cli < slow, dry.stdout
+
+
+def test_a_later_make_test_runs_the_suite_in_one_go(tmp_path: Path) -> None:
+    sam = tmp_path / "venv-sam"
+    sam.mkdir()
+    (sam / ".installed").touch()  # built by an earlier make test
+    dry = _make("-n", "test", f"SAM_VENV={sam}")
+    runs = [line for line in dry.stdout.splitlines() if re.search(r"/pytest ", line)]
+    assert dry.returncode == 0 and len(runs) == 1 and " -m " not in runs[0], dry.stdout
+    assert "aws-sam-cli" not in dry.stdout
 
 
 def _path_with(tmp_path: Path, python312: str | None) -> str:

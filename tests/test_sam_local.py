@@ -31,6 +31,8 @@ from samtranslator.yaml_helper import yaml_parse
 
 from tests.design_routes import DESIGN_ROUTES, PUBLIC_ROUTES
 
+pytestmark = pytest.mark.sam  # SAM CLI's interpreter (.venv-sam): make test builds it after the fast tests
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 EVENTS = ROOT / "events"

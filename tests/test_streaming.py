@@ -475,7 +475,7 @@ ANSWER = "Streaming " + " ".join(f"token{i}" for i in range(36)) + " finale."
 
 @pytest.fixture
 def streaming_dev(tmp_path: Path) -> Iterator[tuple[DevProcess, StreamingMessagesApi]]:
-    messages_api = StreamingMessagesApi(lambda _n, _body: text_reply(ANSWER), gap=0.08, piece=6)  # ~4 s
+    messages_api = StreamingMessagesApi(lambda _n, _body: text_reply(ANSWER), gap=0.05, piece=8)  # ~2.5 s
     write_agent(tmp_path / "agents", "talker")
     env = dev_env(tmp_path, ANTHROPIC_API_KEY="test", ANTHROPIC_BASE_URL=messages_api.url)
     env.pop("LOOPENGINE_MODEL")
@@ -502,7 +502,7 @@ def test_dev_streams_model_text_as_server_sent_events_and_the_chat_prints_it_as_
     finally:
         stream.close()
     deltas = [f["data"] for f in frames if f["event"] == "text:delta"]
-    assert 2 <= len(deltas) < len(sse_events(text_reply(ANSWER), piece=6))  # coalesced, not per token
+    assert 2 <= len(deltas) < len(sse_events(text_reply(ANSWER), piece=8))  # coalesced, not per token
     assert ANSWER.startswith(_joined(deltas)) and frames[-1]["data"]["text"] == ANSWER
     assert [f["id"] for f in frames] == [str(f["data"]["seq"]) for f in frames]
     assert messages_api.bodies[0]["stream"] is True
