@@ -13,19 +13,17 @@ Lambdas would each pay them.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
 
 import boto3
 from moto import mock_aws
 
+from bench.meter import Meter, _size  # noqa: F401  (re-exported: their old home)
 from loopengine.app.engine import Engine
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.worker import TurnOutcome
@@ -45,119 +43,6 @@ FAKE_AWS = {
     "AWS_SESSION_TOKEN": "testing",
 }
 WHO = Decider("bench@example.com")
-
-
-@dataclass
-class Meter:
-    """Requests, items read and write units of one client, by operation and by partition.
-
-    Units are DynamoDB's on-demand arithmetic computed from the items themselves (moto reports no
-    real consumed capacity): a strongly consistent read is one RRU per 4 KB of each item read (a
-    Query sums its page's items first), a write one WRU per 1 KB, a transactional one twice that.
-    Each write that puts, moves or drops an item's ``gsi1`` entry also writes the index partition
-    (a moved entry: one delete, one put), which is where a hot partition shows.
-    """
-
-    requests: Counter[str] = field(default_factory=Counter)
-    items_read: int = 0
-    rru: float = 0.0
-    wru: float = 0.0
-    partition_wru: Counter[str] = field(default_factory=Counter)
-    indexed: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-
-    def clear(self) -> None:
-        """Start counting afresh (what the index holds is kept)."""
-        self.requests.clear()
-        self.partition_wru.clear()
-        self.items_read, self.rru, self.wru = 0, 0.0, 0.0
-
-    def attach(self, client: Any) -> None:
-        """Meter every call made through ``client`` from now on."""
-        events = client.meta.events
-        events.register("before-call.dynamodb", self._called)
-        events.register("before-parameter-build.dynamodb", self._writing)
-        events.register("after-call.dynamodb", self._answered)
-
-    def _called(self, model: Any, **_: Any) -> None:
-        self.requests[model.name] += 1
-
-    def _writing(self, params: dict[str, Any], model: Any, **_: Any) -> None:
-        name = model.name
-        if name == "PutItem":
-            self._write(params["Item"], 1)
-        elif name == "DeleteItem":
-            self._drop(params["Key"], 1)
-        elif name == "TransactWriteItems":
-            for action in params["TransactItems"]:
-                if "Put" in action:
-                    self._write(action["Put"]["Item"], 2)
-                elif "Delete" in action:
-                    self._drop(action["Delete"]["Key"], 2)
-        elif name == "BatchWriteItem":
-            for requests in params["RequestItems"].values():
-                for request in requests:
-                    if "PutRequest" in request:
-                        self._write(request["PutRequest"]["Item"], 1)
-
-    def _write(self, item: dict[str, Any], factor: int) -> None:
-        units = factor * math.ceil(_size(item) / 1024)
-        self.wru += units
-        self.partition_wru[item["pk"]["S"]] += units
-        where = (item["pk"]["S"], item["sk"]["S"])
-        old = self.indexed.pop(where, None)
-        new = (item["gsi1pk"]["S"], item["gsi1sk"]["S"]) if "gsi1pk" in item else None
-        if new is not None:
-            self.indexed[where] = new
-        if old is not None and old != new:
-            self.partition_wru[f"gsi1:{old[0]}"] += factor  # the old entry goes
-            self.wru += factor
-        if new is not None:
-            self.partition_wru[f"gsi1:{new[0]}"] += units
-            self.wru += units
-
-    def _drop(self, key: dict[str, Any], factor: int) -> None:
-        self.wru += factor
-        self.partition_wru[key["pk"]["S"]] += factor
-        old = self.indexed.pop((key["pk"]["S"], key["sk"]["S"]), None)
-        if old is not None:
-            self.partition_wru[f"gsi1:{old[0]}"] += factor
-            self.wru += factor
-
-    def _answered(self, parsed: dict[str, Any], model: Any, **_: Any) -> None:
-        if "Item" in parsed and model.name == "GetItem":
-            items = [parsed["Item"]]
-        elif "Items" in parsed:
-            items = list(parsed["Items"])
-        elif "Responses" in parsed:
-            items = [i for found in parsed["Responses"].values() for i in found]
-        else:
-            return
-        self.items_read += len(items)
-        if model.name == "Query":
-            self.rru += max(1, math.ceil(sum(_size(i) for i in items) / 4096))
-        else:
-            self.rru += sum(math.ceil(_size(i) / 4096) for i in items) or (model.name == "GetItem")
-
-    def report(self) -> dict[str, Any]:
-        """What was counted since the last clear."""
-        return {
-            "requests": self.requests.total(),
-            "by_operation": dict(sorted(self.requests.items())),
-            "items_read": self.items_read,
-            "rru": self.rru,
-            "wru": self.wru,
-            "index_wru": {k: v for k, v in sorted(self.partition_wru.items()) if k.startswith("gsi1:")},
-            "partition_wru": dict(sorted(self.partition_wru.items())),
-        }
-
-
-def _size(item: dict[str, Any]) -> int:
-    """An item's size as DynamoDB bills it (names plus values; close enough for string/number/binary)."""
-    total = 0
-    for name, value in item.items():
-        ((_kind, body),) = value.items()
-        total += len(name) + (len(body) if isinstance(body, bytes | str) else len(json.dumps(body)))
-    return total
 
 
 class SplitInvoker:

@@ -1,0 +1,252 @@
+"""DynamoDB's on-demand bill for one boto3 client's requests, computed from the items themselves.
+
+Standard library only, so both the project's environment and the peers' one (bench/peers/, with
+LangGraph) import it. moto reports no real consumed capacity, so :class:`Meter` prices every request
+with DynamoDB's published arithmetic (the Developer Guide's "read/write capacity unit consumption"):
+
+- **reads**: one RRU per 4 KB, half of that when eventually consistent (the default; an index Query
+  always is). GetItem rounds the item it finds (a miss still costs the minimum); BatchGetItem rounds
+  each item on its own (each key is a GetItem); Query and Scan add up the page's items and round
+  the sum once (at least the minimum); TransactGetItems costs twice a strongly consistent read.
+  A read is billed on the whole item even when a ProjectionExpression returns less, so the size is
+  the larger of what came back and what the meter saw written under that key.
+- **writes**: one WRU per 1 KB of the item: PutItem the new item, DeleteItem the item deleted (at
+  least 1), UpdateItem the larger of the item before and after (the meter asks for ``ALL_NEW`` when
+  the caller asked for nothing and hands the caller the answer it asked for). BatchWriteItem prices
+  each PutRequest and DeleteRequest as the single write. In TransactWriteItems every action (Put,
+  Update, Delete, ConditionCheck) costs twice its single write; a ConditionCheck is priced on the item
+  it checks; a transactional Update on the larger of the known item and its key plus new values.
+- **index writes**: a write that puts, moves or drops an item's ``index_key`` entry also writes the
+  index partition (a moved entry: one delete, one put), which is where a hot partition shows.
+
+Not seen, so not billed: items a Query/Scan FilterExpression or ``Select=COUNT`` read but did not
+return, and the size of items written before the meter was attached (their deletes cost the minimum).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+WRITE_UNIT = 1024
+"""Bytes per write unit."""
+READ_UNIT = 4096
+"""Bytes per read unit (strongly consistent)."""
+_STRIP = "meter.strip_attributes"
+"""Request-context flag: the meter asked for ``ReturnValues`` the caller did not want."""
+_KEYS = "meter.batch_keys"
+"""Request-context note: keys asked for per table of a BatchGetItem, and whether consistently."""
+_FACTOR = "meter.read_factor"
+"""Request-context note: 1 for a strongly consistent GetItem/Query/Scan, 0.5 for an eventual one."""
+_UPDATED = "meter.updated_key"
+"""Request-context note: the key an UpdateItem names."""
+
+Item = dict[str, Any]
+
+
+def _size(item: Item) -> int:
+    """An item's size as DynamoDB bills it (names plus values; close enough for string/number/binary)."""
+    total = 0
+    for name, value in item.items():
+        ((_kind, body),) = value.items()
+        total += len(name) + (len(body) if isinstance(body, bytes | str) else len(json.dumps(body)))
+    return total
+
+
+def _units(size: int, unit: int) -> int:
+    """Whole units for ``size`` bytes, at least one."""
+    return max(1, math.ceil(size / unit))
+
+
+@dataclass
+class Meter:
+    """Requests, items read and read/write units of one client, by operation and by partition.
+
+    ``key`` names the table's partition and sort key attributes; ``index_key`` the one global secondary
+    index's (None: no index), whose partitions are reported as ``f"{index_name}:{value}"``.
+    """
+
+    key: tuple[str, str] = ("pk", "sk")
+    index_key: tuple[str, str] | None = ("gsi1pk", "gsi1sk")
+    index_name: str = "gsi1"
+    requests: Counter[str] = field(default_factory=Counter)
+    items_read: int = 0
+    rru: float = 0.0
+    wru: float = 0.0
+    partition_wru: Counter[str] = field(default_factory=Counter)
+    indexed: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    sizes: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        """Start counting afresh (what the table and index hold is kept)."""
+        self.requests.clear()
+        self.partition_wru.clear()
+        self.items_read, self.rru, self.wru = 0, 0.0, 0.0
+
+    def attach(self, client: Any) -> None:
+        """Meter every call made through ``client`` (a boto3 DynamoDB client) from now on."""
+        events = client.meta.events
+        events.register("before-call.dynamodb", self._called)
+        events.register("before-parameter-build.dynamodb", self._writing)
+        events.register("after-call.dynamodb", self._answered)
+
+    def report(self) -> dict[str, Any]:
+        """What was counted since the last clear."""
+        prefix = f"{self.index_name}:"
+        return {
+            "requests": self.requests.total(),
+            "by_operation": dict(sorted(self.requests.items())),
+            "items_read": self.items_read,
+            "rru": self.rru,
+            "wru": self.wru,
+            "index_wru": {k: v for k, v in sorted(self.partition_wru.items()) if k.startswith(prefix)},
+            "partition_wru": dict(sorted(self.partition_wru.items())),
+        }
+
+    # -- requests and writes, priced from the request -------------------------------------------------
+
+    def _called(self, model: Any, **_: Any) -> None:
+        self.requests[model.name] += 1
+
+    def _where(self, item: Item) -> tuple[str, str]:
+        pk, sk = self.key
+        return (str(item[pk]["S"]), str(item[sk]["S"]) if sk in item else "")
+
+    def _writing(self, params: dict[str, Any], model: Any, context: Any = None, **_: Any) -> None:
+        name = model.name
+        if name == "PutItem":
+            self._write(params["Item"], 1)
+        elif name == "DeleteItem":
+            self._drop(params["Key"], 1)
+        elif name == "UpdateItem" and context is not None:
+            context[_UPDATED] = self._where(params["Key"])
+            if params.get("ReturnValues", "NONE") == "NONE":
+                params["ReturnValues"] = "ALL_NEW"  # priced in _answered, then taken away again
+                context[_STRIP] = True
+        elif name in ("GetItem", "Query", "Scan") and context is not None:
+            strong = bool(params.get("ConsistentRead")) and "IndexName" not in params
+            context[_FACTOR] = 1.0 if strong else 0.5
+        elif name == "TransactWriteItems":
+            for action in params["TransactItems"]:
+                self._transacted(action)
+        elif name == "BatchWriteItem":
+            for requests in params["RequestItems"].values():
+                for request in requests:
+                    if "PutRequest" in request:
+                        self._write(request["PutRequest"]["Item"], 1)
+                    elif "DeleteRequest" in request:
+                        self._drop(request["DeleteRequest"]["Key"], 1)
+        elif name == "BatchGetItem" and context is not None:
+            context[_KEYS] = {
+                table: (len(asked["Keys"]), bool(asked.get("ConsistentRead")))
+                for table, asked in params["RequestItems"].items()
+            }
+
+    def _transacted(self, action: dict[str, Any]) -> None:
+        """One action of a TransactWriteItems: twice its single write."""
+        if "Put" in action:
+            self._write(action["Put"]["Item"], 2)
+        elif "Delete" in action:
+            self._drop(action["Delete"]["Key"], 2)
+        elif "Update" in action:
+            update = action["Update"]
+            where = self._where(update["Key"])
+            values = update.get("ExpressionAttributeValues", {})
+            after = _size(update["Key"]) + sum(_size({"": v}) for v in values.values())
+            units = 2 * _units(max(self.sizes.get(where, 0), after), WRITE_UNIT)
+            self.wru += units
+            self.partition_wru[where[0]] += units
+        elif "ConditionCheck" in action:
+            where = self._where(action["ConditionCheck"]["Key"])
+            units = 2 * _units(self.sizes.get(where, 0), WRITE_UNIT)
+            self.wru += units
+            self.partition_wru[where[0]] += units
+
+    def _write(self, item: Item, factor: int, before: int = 0) -> None:
+        """A put of ``item`` (or an update leaving it so, ``before`` bytes before) and its index entry."""
+        where = self._where(item)
+        size = _size(item)
+        units = factor * _units(max(size, before), WRITE_UNIT)
+        self.sizes[where] = size
+        self.wru += units
+        self.partition_wru[where[0]] += units
+        old = self.indexed.pop(where, None)
+        new = None
+        if self.index_key is not None and self.index_key[0] in item:
+            ipk, isk = self.index_key
+            new = (str(item[ipk]["S"]), str(item[isk]["S"]) if isk in item else "")
+            self.indexed[where] = new
+        if old is not None and old != new:
+            self.partition_wru[f"{self.index_name}:{old[0]}"] += factor  # the old entry goes
+            self.wru += factor
+        if new is not None:
+            index_units = factor * _units(size, WRITE_UNIT)
+            self.partition_wru[f"{self.index_name}:{new[0]}"] += index_units
+            self.wru += index_units
+
+    def _drop(self, key: Item, factor: int) -> None:
+        where = self._where(key)
+        units = factor * _units(self.sizes.pop(where, 0), WRITE_UNIT)
+        self.wru += units
+        self.partition_wru[where[0]] += units
+        old = self.indexed.pop(where, None)
+        if old is not None:
+            self.partition_wru[f"{self.index_name}:{old[0]}"] += factor
+            self.wru += factor
+
+    # -- reads (and UpdateItem), priced from the answer -------------------------------------------------
+
+    def _answered(self, parsed: dict[str, Any], model: Any, context: Any = None, **_: Any) -> None:
+        name = model.name
+        if name == "UpdateItem":
+            self._updated(parsed, context)
+            return
+        if name not in ("GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"):
+            return
+        if "Error" in parsed:
+            return
+        factor = float((context or {}).get(_FACTOR, 0.5))
+        if name == "GetItem":
+            found = [parsed["Item"]] if "Item" in parsed else []
+            self.items_read += len(found)
+            self.rru += _units(self._read_size(found[0]) if found else 0, READ_UNIT) * factor
+        elif name in ("Query", "Scan"):
+            found = list(parsed.get("Items", []))
+            self.items_read += len(found)
+            self.rru += _units(sum(self._read_size(i) for i in found), READ_UNIT) * factor
+        elif name == "TransactGetItems":
+            found = [r["Item"] for r in parsed.get("Responses", []) if "Item" in r]
+            self.items_read += len(found)
+            self.rru += sum(2 * _units(self._read_size(i), READ_UNIT) for i in found)
+        else:
+            self._batch_read(parsed, (context or {}).get(_KEYS, {}))
+
+    def _batch_read(self, parsed: dict[str, Any], asked: dict[str, tuple[int, bool]]) -> None:
+        unprocessed = parsed.get("UnprocessedKeys", {})
+        for table, (count, consistent) in asked.items():
+            found = list(parsed.get("Responses", {}).get(table, []))
+            missed = count - len(found) - len(unprocessed.get(table, {}).get("Keys", []))
+            factor = 1.0 if consistent else 0.5
+            self.items_read += len(found)
+            self.rru += factor * (sum(_units(self._read_size(i), READ_UNIT) for i in found) + max(0, missed))
+
+    def _read_size(self, item: Item) -> int:
+        """What a read of ``item`` is billed on: the whole item, not only the projected attributes."""
+        pk, _sk = self.key
+        seen = self.sizes.get(self._where(item), 0) if pk in item else 0
+        return max(seen, _size(item))
+
+    def _updated(self, parsed: dict[str, Any], context: Any) -> None:
+        context = context if context is not None else {}
+        strip = bool(context.pop(_STRIP, False))
+        after = parsed.pop("Attributes", None) if strip else parsed.get("Attributes")
+        where = context.get(_UPDATED)
+        if after is not None and self.key[0] in after:
+            self._write(after, 1, before=self.sizes.get(self._where(after), 0))
+        elif where is not None:  # failed, or the caller's ReturnValues left the new item unknown
+            units = _units(self.sizes.get(where, 0), WRITE_UNIT)
+            self.wru += units
+            self.partition_wru[where[0]] += units
