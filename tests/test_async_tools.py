@@ -108,7 +108,7 @@ def test_two_workers_racing_for_one_async_call_run_it_once(tmp_path: Path) -> No
         cfg = agent("shop", [tool_from_model("charge", "Charge.", Charge, charge)], ASK)
         with opened(db, cfg, model=one_call(), inline=False) as h:
             inside.wait()
-            answers.append(run_call(h.rt, cfg, turn, ToolUseBlock("c1", "charge", {"x": 5})))
+            answers.append(run_call(h.rt, cfg, turn, ToolUseBlock("c1", "charge", {"x": 5})).result)
 
     db = tmp_path / "race.db"
     cfg = agent("shop", [tool_from_model("charge", "Charge.", Charge, charge)], ASK)

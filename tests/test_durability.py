@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from loopengine.app import faults, views
-from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.app.ports import Change, Committed, ModelRequest, ModelResponse
 from loopengine.app.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain.errors import FatalModelError, RetryableModelError
@@ -146,18 +146,25 @@ def test_crash_mid_call_after_approval_is_reported_unknown_and_never_rerun() -> 
 
 
 def test_crash_after_the_outcome_was_recorded_uses_the_recorded_result(monkeypatch: Any) -> None:
-    """The tool ran and its outcome was written, but the worker died before the batch was answered."""
+    """The tool ran and its outcome was written, but the worker died right after that write.
+
+    The outcome rides in the write that answers the batch, so there is no moment with the outcome
+    recorded and the batch unanswered: the next worker goes on from the answered batch.
+    """
     calls = Calls()
     model = ScriptedModel.from_list([call(use("refund", {"x": 1}, id="r1")), say("refunded")])
     with scenario(shop(calls), model=model) as h:
         out = h.engine.send_message("shop", "refund")
-        real = h.rt.stores.turns.finish_call
+        real = h.rt.stores.turns.commit
 
-        def finish_then_die(record: CallRecord) -> None:
-            real(record)
-            raise Crash("died after recording the outcome")
+        def commit_then_die(change: Change) -> Committed:
+            done = real(change)
+            if change.calls:
+                assert change.append is not None  # the batch's answer is in the same write
+                raise Crash("died after recording the outcome")
+            return done
 
-        monkeypatch.setattr(h.rt.stores.turns, "finish_call", finish_then_die)
+        monkeypatch.setattr(h.rt.stores.turns, "commit", commit_then_die)
         with pytest.raises(Crash):
             h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
         monkeypatch.undo()

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from loopengine.app import batch
+from loopengine.app.ports import Change
 from loopengine.app.resolution import Decider
 from loopengine.domain.errors import StoreError
-from loopengine.domain.turns import CallRecord, StopReason, TurnStatus
+from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, Harness, agent
 from tests.scenario import assert_protocol, results, scenario, turn
@@ -25,23 +26,25 @@ REVIEWER = Decider("ops@example.com")
 
 
 class Throttled:
-    """Fails ``finish_call`` ``times`` times with a StoreError (as DynamoDB throttling does), then works."""
+    """Fails the write carrying a call's outcome ``times`` times with a StoreError (as DynamoDB
+    throttling does), then lets it through. The outcome rides in a transition (``Change.calls``), so
+    that is the write throttled; ``fired`` counts the refusals."""
 
     def __init__(self, h: Harness, times: int) -> None:
-        self.left, self.seen = times, 0
+        self.left, self.fired = times, 0
         store = h.rt.stores.turns
-        real = store.finish_call
+        real = store.commit
 
-        def finish_call(done: CallRecord) -> Any:
-            self.seen += 1
-            if self.left > 0:
+        def commit(change: Change) -> Any:
+            if change.calls and self.left > 0:
                 self.left -= 1
+                self.fired += 1
                 raise StoreError(
                     "ProvisionedThroughputExceededException: rate of requests exceeds throughput"
                 )
-            return real(done)
+            return real(change)
 
-        store.finish_call = finish_call  # type: ignore[method-assign]
+        store.commit = commit  # type: ignore[method-assign]
 
 
 def _model() -> ScriptedModel:
@@ -60,6 +63,7 @@ def test_a_throttled_outcome_write_keeps_the_real_outcome(times: int) -> None:
         assert out.status is TurnStatus.PAUSED
         throttle.left = times  # and the approved refund's, in the worker
         h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        assert throttle.fired == 2 * times  # both outcome writes were refused that often
 
         done = turn(h, out.turn_id)
         assert (done.status, done.stop_reason) == (TurnStatus.FINISHED, StopReason.END_TURN)

@@ -9,8 +9,9 @@ the whole batch: nothing in it runs, siblings are reported ``skipped``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from loopengine.app import faults
 from loopengine.app.runtime import Runtime
@@ -30,6 +31,8 @@ from loopengine.domain.notifications import ApprovalEvent, QuestionEvent
 from loopengine.domain.policy import Expiry
 from loopengine.domain.schema import validate_args
 from loopengine.domain.turns import CallRecord, TurnRecord
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -118,6 +121,21 @@ def _item(
     )
 
 
+@dataclass(frozen=True)
+class Ran:
+    """A call's result in hand, and what the next transition must record for it.
+
+    ``record`` (the call's outcome) and ``event`` (its ``tool_outcome`` audit event) ride in the
+    write that hands the result on: the results message, the checkpoint of a pause, the finish or
+    the hand-off (:attr:`~loopengine.app.ports.Change.calls`). Both are ``None`` for a result that
+    is on record already (a finished call answered from its stored outcome).
+    """
+
+    result: ToolResultBlock
+    record: CallRecord | None = None
+    event: JsonDict | None = None
+
+
 def run_call(
     rt: Runtime,
     config: AgentConfig,
@@ -126,31 +144,36 @@ def run_call(
     edited: bool = False,
     approval: Approve | None = None,
     proposed: JsonDict | None = None,
-) -> ToolResultBlock:
-    """Run one call at most once: claim it, execute, record the outcome, return the result.
+    claim: CallRecord | None = None,
+) -> Ran:
+    """Run one call at most once: claimed before it runs, the outcome handed back to record.
 
-    A call already finished returns its recorded result; a call already started with no
-    outcome (the process died mid-call) is never re-run: its result is ``unknown``. The tool
-    runs within its timeout and gets a :class:`ToolContext` if it asks (``approval``: the
-    person's decision, ``proposed``: the model's arguments before a reviewer edited them); a
-    call that timed out or was left running when the turn stopped is ``unknown`` too. The
-    outcome's audit event carries the call's idempotency key.
+    ``claim``: the call's claim, written by the caller in its own transition (the model's response,
+    the resume's claim); without one the call is claimed here on its own. A call already finished
+    returns its recorded result; a call already started with no outcome (the process died
+    mid-call) is never re-run: its result is ``unknown``. The tool runs within its timeout and gets
+    a :class:`ToolContext` if it asks (``approval``: the person's decision, ``proposed``: the
+    model's arguments before a reviewer edited them); a call that timed out or was left running
+    when the turn stopped is ``unknown`` too. The outcome's audit event carries the call's
+    idempotency key.
     """
     turns, clock = rt.stores.turns, rt.stores.clock
     key = idempotency_key(turn.tenant, turn.turn_id, use.id)
-    record = CallRecord(turn.turn_id, use.id, use.name, clock.now())
-    if not turns.start_call(record):
+    record = claim or CallRecord(turn.turn_id, use.id, use.name, clock.now())
+    if claim is None and not turns.start_call(record):
         existing = turns.calls(turn.turn_id)[use.id]
         if existing.result is not None:
-            return _as_result(existing.result)
-        result = outcomes.unknown(use.id, outcomes.CRASHED)
-        _record(rt, existing, "unknown", result, idempotencyKey=key)
-        return result
+            return Ran(_as_result(existing.result))
+        return _ran(rt, existing, "unknown", outcomes.unknown(use.id, outcomes.CRASHED), idempotencyKey=key)
     faults.point("tool_claimed")
     outcome, result, notes = _execute(rt, config, turn, use, edited, approval, proposed)
     faults.point("tool_returned")
-    _record(rt, record, outcome, result, idempotencyKey=key, **notes)
-    return result
+    return _ran(rt, record, outcome, result, idempotencyKey=key, **notes)
+
+
+def claim_of(turn: TurnRecord, use: ToolUseBlock, now: float) -> CallRecord:
+    """The claim of a call that is about to run, to ride in the transition that decides it runs."""
+    return CallRecord(turn.turn_id, use.id, use.name, now)
 
 
 def _execute(
@@ -227,39 +250,58 @@ def _stop_requested(rt: Runtime, turn_id: str) -> bool:
     return current is not None and current.stop_requested is not None
 
 
-def _record(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock, **notes: Any) -> None:
+def _ran(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock, **notes: Any) -> Ran:
     now = rt.stores.clock.now()
     done = CallRecord(
         call.turn_id, call.tool_use_id, call.tool, call.started_at, outcome, result.to_dict(), now
     )
-    _write_outcome(rt, done)
-    rt.event(
-        call.turn_id, "tool_outcome", toolUseId=call.tool_use_id, tool=call.tool, outcome=outcome, **notes
-    )
+    event = rt.stamp("tool_outcome", toolUseId=call.tool_use_id, tool=call.tool, outcome=outcome, **notes)
+    return Ran(result, done, event)
+
+
+def not_run(rt: Runtime, claim: CallRecord, stop: str) -> Ran:
+    """A call claimed in this process that it will not run after all (a stop came first)."""
+    return _ran(rt, claim, "cancelled", outcomes.cancelled(claim.tool_use_id, stop))
 
 
 OUTCOME_WRITE_ATTEMPTS = 8
-"""Tries of a call's outcome write (0.05 s doubling to 2 s between them: about 7 s in all)."""
+"""Tries of a write that carries a call's outcome (0.05 s doubling to 2 s between them: about 7 s)."""
 
 
-def _write_outcome(rt: Runtime, done: CallRecord) -> None:
-    """Record a call's outcome, retrying a transient store error with backoff.
+def record_alone(rt: Runtime, ran: list[Ran]) -> None:
+    """Record outcomes on their own when the transition meant to carry them did not land.
 
-    The call has run and its result is in hand: giving up here would make it ``unknown`` for good
-    (the next worker finds it started with no outcome). The worker holds the turn while it retries
-    (its heartbeat renews the lease); only when the store stays down past the retries does the error
-    go up, and then the outcome is ``unknown``, as for a process that died.
+    The turn is no longer this runner's (a stop closed it, or its lease was taken): the calls ran and
+    their results are in hand, so they are recorded rather than left ``unknown``.
+    """
+    for done in ran:
+        if done.record is None:
+            continue
+        record, event = done.record, done.event
+        durably(lambda: rt.stores.turns.finish_call(record))  # noqa: B023 (called at once)
+        if event is not None:
+            rt.stores.turns.add_event(record.turn_id, event)
+
+
+def durably(write: Callable[[], T]) -> T:
+    """Run ``write``, retrying a transient store error with backoff.
+
+    Used for writes that carry a call's outcome: the call has run and its result is in hand, and
+    giving up would make it ``unknown`` for good (the next worker finds it started with no outcome).
+    The worker holds the turn while it retries (its heartbeat renews the lease); only when the store
+    stays down past the retries does the error go up, and then the outcome is ``unknown``, as for a
+    process that died.
     """
     pause, waiter = 0.05, threading.Event()
     for attempt in range(1, OUTCOME_WRITE_ATTEMPTS + 1):
         try:
-            rt.stores.turns.finish_call(done)
-            return
+            return write()
         except StoreError:
             if attempt == OUTCOME_WRITE_ATTEMPTS:
                 raise
             waiter.wait(pause)
             pause = min(pause * 2, 2.0)
+    raise AssertionError("unreachable")
 
 
 def _as_result(data: JsonDict) -> ToolResultBlock:

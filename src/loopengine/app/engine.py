@@ -118,7 +118,16 @@ class Engine:
         for earlier in active:
             self._make_way(config, earlier, who)
         return self._start(
-            config, sid, tenant, trigger, message, budget_seconds, remaining_seconds, live, key
+            config,
+            sid,
+            tenant,
+            trigger,
+            message,
+            budget_seconds,
+            remaining_seconds,
+            live,
+            key,
+            not session_id,
         )
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
@@ -164,7 +173,7 @@ class Engine:
     ) -> TurnRecord:
         rt = self.rt
         config_hash = config.config_hash()
-        rt.stores.turns.put_config(config_hash, config.snapshot())
+        rt.keep_config(config.name, config_hash, config.snapshot())
         now = rt.stores.clock.now()
         return TurnRecord(
             turn_id=new_id("trn_"),
@@ -216,10 +225,14 @@ class Engine:
         remaining_seconds: float | None,
         live: bool = False,
         key: Claim | None = None,
+        fresh: bool = False,
     ) -> TurnOutcome:
-        """Create the turn and append its message in one write, then run it (this request is its worker)."""
+        """Create the turn and append its message in one write, then run it (this request is its worker).
+
+        ``fresh``: the session id was just made up, so its history is empty without a read.
+        """
         rt = self.rt
-        history = rt.stores.sessions.load(sid)
+        history = [] if fresh else rt.stores.sessions.load(sid)
         runner = new_id("run_")
         turn = self._new_turn(config, sid, tenant, trigger, len(history), runner, live)
         notes = delivery.announce(rt, config, turn, notifications.run_start(turn, trigger))
@@ -227,7 +240,7 @@ class Engine:
         add = Append(sid, (Message.user_text(message),), len(history))
         held = key.record(turn.turn_id, self.now()) if key is not None else None
         try:
-            rt.stores.turns.commit(
+            created = rt.stores.turns.commit(
                 Change(
                     turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held
                 )
@@ -239,7 +252,8 @@ class Engine:
                 return replayed  # it landed first and moved the session: answer it, not a 409
             raise Conflict(f"session {sid} changed while this message arrived; retry") from None
         delivery.deliver(rt, notes)
-        return advance(self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds))
+        worker = self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds)
+        return advance(worker, created.turn, [*history, *add.messages])
 
     def _replayed(self, key: Claim | None) -> TurnOutcome:
         """The answer to a request whose key another request just used (the store refused ours)."""

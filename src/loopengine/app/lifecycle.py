@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import delivery, expiry, faults
-from loopengine.app.loop import advance
+from loopengine.app.loop import advance, first_claim
 from loopengine.app.ports import Append, Change
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker import TurnOutcome, Worker, hand_on, outcome_of
@@ -20,11 +20,11 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.decisions import DecidedBy
-from loopengine.domain.errors import NotFound, VersionConflict
+from loopengine.domain.errors import AlreadyExists, NotFound, VersionConflict
 from loopengine.domain.ids import new_id
-from loopengine.domain.messages import Message
+from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
+from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 ABANDONED = {
     StopReason.SUPERSEDED: (
@@ -54,6 +54,8 @@ def resume_turn(
     now = rt.stores.clock.now()
     notes = _run_start(rt, turn, "resume")
     sent: list[tuple[Any, ...]] = []
+    worker.closing = _closed_batch(rt, turn)
+    claims = _approved_claim(worker, turn, worker.closing, now)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         sent.clear()
@@ -63,16 +65,41 @@ def resume_turn(
         if claimed.stop_requested is not None:
             return Change(turn_id, turn=claimed)  # a stopping turn only closes; nothing is announced
         sent.append(notes)
-        return Change(
-            turn_id, turn=claimed, events=(rt.stamp("resumed", claimedFrom=t.status.value),), outbox=notes
-        )
+        events = (rt.stamp("resumed", claimedFrom=t.status.value),)
+        fresh = claims if t.status is TurnStatus.READY and t.checkpoint_id == turn.checkpoint_id else ()
+        return Change(turn_id, turn=claimed, events=events, outbox=notes, claims=fresh)
 
-    if rt.transition(turn_id, decide, turn=turn) is None:
+    try:
+        done = rt.transition(turn_id, decide, turn=turn)
+    except AlreadyExists:  # a call was claimed before (a runner died, or handed off mid-batch)
+        claims = ()  # claim the turn alone; those calls answer from their records
+        done = rt.transition(turn_id, decide, turn=turn)
+    if done is None:
         return None  # someone else claimed it, or it is not claimable yet
+    if done.turn is not None and done.turn.stop_requested is None:
+        worker.claimed = {c.tool_use_id: c for c in claims}
     faults.point("claimed")
     for records in sent:
         delivery.deliver(rt, records)
-    return advance(worker)
+    return advance(worker, done.turn)
+
+
+def _closed_batch(rt: Runtime, turn: TurnRecord) -> TurnCheckpoint | None:
+    """The closed checkpoint a READY turn resumes on (read before the claim: its calls ride in it)."""
+    if turn.status is not TurnStatus.READY or turn.checkpoint_id is None or turn.stop_requested is not None:
+        return None
+    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    return cp if cp is not None and cp.closed else None
+
+
+def _approved_claim(
+    worker: Worker, turn: TurnRecord, cp: TurnCheckpoint | None, now: float
+) -> tuple[CallRecord, ...]:
+    """The claim of the first call people approved, to land with the resume's claim of the turn."""
+    if cp is None or cp.denied:
+        return ()
+    uses = [ToolUseBlock(i.tool_use_id, i.tool, i.args) for i in cp.approved.values()]
+    return first_claim(worker, worker.rt.config_of(turn), turn, uses, now)
 
 
 def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome | None:
@@ -191,6 +218,9 @@ def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
     """Move one due turn on; returns how many items expired (PAUSED) or 1 if it was handed on."""
     if turn.status is TurnStatus.PAUSED:
         return expiry.expire_due(rt, turn)
+    if ts.look_later(turn, now) is not None:  # its runner renewed the lease: not due, nothing to do
+        rt.update_turn(turn.turn_id, lambda t: ts.look_later(t, now), turn)  # look at the lease end
+        return 0
     if turn.status is TurnStatus.QUEUED:
         if session_free(rt, turn):
             hand_on(rt, turn)

@@ -21,15 +21,24 @@ and a call found started with no outcome is reported ``unknown``, not rerun.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from loopengine.app import faults
-from loopengine.app.batch import plan_batch, run_call
+from loopengine.app.batch import BatchPlan, Ran, claim_of, not_run, plan_batch, record_alone, run_call
 from loopengine.app.model_call import Abandoned, call_model
 from loopengine.app.pause import answer, append_results, checkpoint_id, park
 from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
 from loopengine.app.runtime import Runtime
-from loopengine.app.worker import TurnOutcome, Worker, finish, hand_on, load_turn, outcome_of
+from loopengine.app.worker import (
+    NOTHING,
+    Carry,
+    TurnOutcome,
+    Worker,
+    finish,
+    hand_on,
+    load_turn,
+    outcome_of,
+)
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
 from loopengine.domain import outcomes
@@ -38,44 +47,48 @@ from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
 from loopengine.domain.jsontypes import JsonDict
-from loopengine.domain.messages import Message, ToolResultBlock, ToolUseBlock
+from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
-from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
+from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 _RECORD_MARGIN = 2.0
 """Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
 
 
-def advance(worker: Worker) -> TurnOutcome:
+def advance(
+    worker: Worker, turn: TurnRecord | None = None, history: list[Message] | None = None
+) -> TurnOutcome:
     """Advance the turn ``worker`` has claimed as far as it goes.
 
+    ``turn`` / ``history``: the records as the caller just wrote them (else they are read). Each
+    step hands on the record its write returned; a stop or a lost claim shows at the next write (its
+    version condition fails and the step re-plans on the stored record), so no step re-reads to check.
     Past ``worker.deadline`` (the time budget) the turn stops at a step boundary and is handed to
     the resume worker (released in the same write that marks it ready), and the outcome says
     ``running``.
     """
     rt = worker.rt
-    turn = load_turn(rt, worker.turn_id)
+    turn = turn or load_turn(rt, worker.turn_id)
     config = rt.config_of(turn)
-    history: list[Message] | None = None  # read once; our own appends extend it (CAS-guarded)
     while True:
-        turn = load_turn(rt, worker.turn_id)  # each pass: the stop flag and the claim are checked here
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
             history = rt.stores.sessions.load(turn.session_id)
         try:
-            stopped = _step(worker, config, turn, history)
+            step = _step(worker, config, turn, history)
         except VersionConflict:  # the session moved under us: another runner has the turn
-            history = None
+            history, turn = None, load_turn(rt, worker.turn_id)
             continue
-        if stopped is not None:
-            return stopped
+        if isinstance(step, TurnOutcome):
+            return step
+        turn = step
 
 
 def _step(
     worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
-) -> TurnOutcome | None:
-    """One step from the record; ``None`` means go round again."""
+) -> TurnOutcome | TurnRecord:
+    """One step from the record: where the turn stands, or the record to go round again with."""
     rt = worker.rt
     if len(history) <= turn.start_seq:
         return finish(
@@ -107,31 +120,29 @@ def _step(
         if walked_away.stop is None:
             return _hand_off(worker, turn)
         return finish(worker, config, turn, walked_away.stop, None)
-    _record_response(worker, turn, history, response)
-    return None
+    return _answered(worker, config, turn, history, response)
 
 
-def _record_response(
-    worker: Worker, turn: TurnRecord, history: list[Message], response: ModelResponse
-) -> None:
-    """Append the model's message, reset its failure count and renew the lease: one write."""
-    rt = worker.rt
+def _answered(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message], response: ModelResponse
+) -> TurnOutcome | TurnRecord:
+    """The model answered: its message is stored in the write of what it leads to.
+
+    No tool_use: the finish. A batch: its verdicts, and then the claims of the calls to run, the
+    pause, or the answer (:func:`_batch` with the message carried).
+    """
     message = Message("assistant", response.content)
-    event = rt.stamp(
+    event = worker.rt.stamp(
         "model_response",
         stopReason=response.stop_reason,
         toolUses=[u.name for u in message.tool_uses],
         text=message.text,
     )
-    add = Append(turn.session_id, (message,), len(history))
-
-    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        answered = ts.model_answered(t, worker.runner, worker.lease_until())
-        return None if answered is None else Change(t.turn_id, turn=answered, append=add, events=(event,))
-
-    if rt.transition(turn.turn_id, decide, turn=turn) is not None:
-        history.append(message)
-        faults.point("model_recorded")
+    if not message.tool_uses:
+        add = Append(turn.session_id, (message,), len(history))
+        done = Carry(message=message, events=(event,))
+        return finish(worker, config, turn, StopReason.END_TURN, message.text, add, done)
+    return _batch(worker, config, turn, history, Carry(message=message, events=(event,)))
 
 
 def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: ModelError) -> TurnOutcome:
@@ -156,17 +167,22 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
     )
 
 
-def _hand_off(worker: Worker, turn: TurnRecord, **why: Any) -> TurnOutcome:
-    """The time budget is spent: release the turn (ready, no lease) and invoke the resume worker."""
+def _hand_off(worker: Worker, turn: TurnRecord, carry: Carry = NOTHING, **why: Any) -> TurnOutcome:
+    """The time budget is spent: release the turn (ready, no lease) and invoke the resume worker.
+
+    Outcomes of calls run since the last write (``carry``) land in the same write.
+    """
     rt = worker.rt
     now = rt.stores.clock.now()
     event = rt.stamp("handed_off", reason="time budget reached", **why)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         ready = ts.hand_off(t, worker.runner, now, rt.handoff_grace)
-        return None if ready is None else Change(t.turn_id, turn=ready, events=(event,))
+        if ready is None:
+            return None
+        return Change(t.turn_id, turn=ready, events=(*carry.all_events(), event), calls=carry.calls())
 
-    done = rt.transition(turn.turn_id, decide, turn=turn)
+    done = carry.commit(rt, turn.turn_id, decide, turn)
     if done is None or done.turn is None:
         return outcome_of(load_turn(rt, turn.turn_id))
     hand_on(rt, done.turn)
@@ -174,36 +190,108 @@ def _hand_off(worker: Worker, turn: TurnRecord, **why: Any) -> TurnOutcome:
 
 
 def _batch(
-    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
-) -> TurnOutcome | None:
-    """Handle the tool_use batch at the end of history; ``None`` means go round again."""
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message], carry: Carry = NOTHING
+) -> TurnOutcome | TurnRecord:
+    """Handle a tool_use batch: ``carry.message`` (just answered), else the last message of history."""
     rt = worker.rt
-    seq = len(history) - 1
-    if turn.checkpoint_id == checkpoint_id(turn, seq):
+    if carry.message is None and turn.checkpoint_id == checkpoint_id(turn, len(history) - 1):
         return _close_batch(worker, config, turn, history)
-    uses = history[-1].tool_uses
-    turn = _record_verdicts(worker, config, turn, uses)
-    plan = plan_batch(config, uses, turn.verdicts, rt.stores.clock.now(), turn.sticky_tools)
-    for use_id in plan.sticky:
-        rt.event(turn.turn_id, "auto_approved", toolUseId=use_id, reason="approved for the rest of this turn")
+    uses = (carry.message or history[-1]).tool_uses
+    now = rt.stores.clock.now()
+    if carry.message is not None:
+        carry = replace(
+            carry, verdicts={u.id: config.rules.evaluate(u.name, u.input).to_dict() for u in uses}
+        )
+        verdicts = {**carry.verdicts, **turn.verdicts}
+    else:
+        turn = _record_verdicts(worker, config, turn, uses)
+        verdicts = turn.verdicts
+    plan = plan_batch(config, uses, verdicts, now, turn.sticky_tools)
+    if carry.message is not None:
+        sticky = [rt.stamp("auto_approved", toolUseId=u, reason=STICKY) for u in plan.sticky]
+        carry = replace(carry, events=(*carry.events, *sticky))
     if turn.stop_requested is None and plan.denied:
         results = [outcomes.denied(u.id, plan.reasons[u.id]) for u in plan.denied]
         results += [plan.invalid.get(u.id) or outcomes.skipped(u.id) for u in uses if u not in plan.denied]
-        return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
+        add = answer(turn, history, results, carry)
+        return finish(worker, config, turn, StopReason.DENIED, None, add, carry)
+    if plan.allowed and carry.message is not None and turn.stop_requested is None:
+        claimed = _claim(worker, turn, history, carry, first_claim(worker, config, turn, plan.allowed, now))
+        return claimed if claimed is not None else load_turn(rt, turn.turn_id)
+    return _run_batch(worker, config, turn, history, carry, plan)
+
+
+STICKY = "approved for the rest of this turn"
+
+
+def first_claim(
+    worker: Worker, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock], now: float
+) -> tuple[CallRecord, ...]:
+    """The claim of the first call to run, to ride in the write that decides it runs (if it fits).
+
+    Only the first: a later call may not fit the time left once the first has run, and a claimed
+    call must run (or be recorded as not run); later calls are claimed on their own before they run.
+    """
+    if not uses or no_time_for(worker, config, uses[0]):
+        return ()
+    return (claim_of(turn, uses[0], now),)
+
+
+def _claim(
+    worker: Worker, turn: TurnRecord, history: list[Message], carry: Carry, claims: tuple[CallRecord, ...]
+) -> TurnRecord | None:
+    """Store the model's message, its verdicts and the claim of the first call to run: one write."""
+    assert carry.message is not None
+    add = Append(turn.session_id, (carry.message,), len(history))
+
+    def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
+        held = carry.onto(t, worker.runner, worker.lease_until())
+        if held is None:
+            return None
+        return Change(t.turn_id, turn=held, append=add, events=carry.all_events(), claims=claims)
+
+    done = worker.rt.transition(turn.turn_id, decide, turn=turn)
+    if done is None:
+        return None
+    history.extend(add.messages)
+    worker.claimed = {c.tool_use_id: c for c in claims}
+    carry.landed()
+    return done.turn
+
+
+def _run_batch(
+    worker: Worker,
+    config: AgentConfig,
+    turn: TurnRecord,
+    history: list[Message],
+    carry: Carry,
+    plan: BatchPlan,
+) -> TurnOutcome | TurnRecord:
+    """Run the batch's allowed calls, then park its pending items or append its answer."""
+    rt = worker.rt
+    uses = (carry.message or history[-1]).tool_uses
     results = list(plan.invalid.values())
     for use in plan.allowed:
-        if _no_time_for(worker, config, use):
-            return _hand_off(worker, turn, toolUseId=use.id, timeout=config.timeout_of(use.name))
-        results.append(_run(worker, config, turn, use))
-    stop = _stop_requested(rt, turn.turn_id)
-    if stop is not None:  # nothing new starts; what already ran keeps its result
-        results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
-        results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
-        return finish(worker, config, turn, stop, None, answer(turn, history, results))
-    if not plan.pending:
-        append_results(worker, turn, history, results)
-        return None
-    return park(worker, config, turn, seq, results, plan.pending)
+        if no_time_for(worker, config, use):
+            return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
+        carry = carry.plus([_run(worker, config, turn, use, first=not carry.ran)])
+    results += carry.results()
+    while True:
+        stop = turn.stop_requested
+        if stop is not None:  # nothing new starts; what already ran keeps its result
+            results += [outcomes.cancelled(u.id, stop) for u in uses if u in plan.denied]
+            results += [outcomes.cancelled(p.tool_use_id, stop) for p in plan.pending]
+            return finish(worker, config, turn, stop, None, answer(turn, history, results, carry), carry)
+        if not plan.pending:
+            appended = append_results(worker, turn, history, results, carry=carry)
+            return appended if appended is not None else load_turn(rt, turn.turn_id)
+        parked = park(worker, config, turn, history, results, plan.pending, carry)
+        if parked is not None:
+            return parked
+        turn = load_turn(rt, turn.turn_id)  # a stop came first: close the batch without asking
+        if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
+            record_alone(rt, list(carry.ran))
+            return outcome_of(turn)
 
 
 def _run(
@@ -214,29 +302,40 @@ def _run(
     edited: bool = False,
     approval: Approve | None = None,
     proposed: JsonDict | None = None,
-) -> ToolResultBlock:
-    """Run one call unless a stop was requested first (checked before every tool call)."""
-    stop = _stop_requested(worker.rt, worker.turn_id)
-    if stop is not None and use.id not in worker.rt.stores.turns.calls(worker.turn_id):
-        return outcomes.cancelled(use.id, stop)
+    first: bool = True,
+) -> Ran:
+    """Run one call unless a stop was requested first.
+
+    Before the first call of a step the record in hand is the check (its write's version condition
+    saw no stop); before each later one the stop flag is read.
+    """
+    rt = worker.rt
+    claim = worker.claimed.pop(use.id, None)
+    stop = turn.stop_requested if first else _stop_requested(rt, worker.turn_id)
+    if stop is not None:
+        if claim is not None:  # claimed here and never started: this process knows it did not run
+            return not_run(rt, claim, stop)
+        if use.id not in rt.stores.turns.calls(worker.turn_id):
+            return Ran(outcomes.cancelled(use.id, stop))
     with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
-        return run_call(worker.rt, config, turn, use, edited, approval, proposed)
+        return run_call(rt, config, turn, use, edited, approval, proposed, claim)
 
 
-def _no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
+def no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
     """The call's timeout does not fit the time this invocation has left: hand the turn on first.
 
     The limit is the invocation's end (``hard_limit``; else the time budget), less a margin to record
     the outcome: running the call anyway could end the invocation mid-call and make it ``unknown``.
     A call that has started is answered from its record; a call handed on once for this reason runs
-    on the next worker whatever its time (a second hand-off could go on for ever).
+    on the next worker whatever its time (a second hand-off could go on for ever). A call this worker
+    claimed runs (its claim was written only once it fitted: see :func:`first_claim`).
     """
     rt = worker.rt
     limit = worker.hard_limit if worker.hard_limit is not None else worker.deadline
     needed = config.timeout_of(use.name) + _RECORD_MARGIN
     if limit is None or rt.stores.clock.now() + needed <= limit:
         return False
-    if use.id in rt.stores.turns.calls(worker.turn_id):
+    if use.id in worker.claimed or use.id in rt.stores.turns.calls(worker.turn_id):
         return False
     handed = (e for e in rt.stores.turns.events(worker.turn_id) if e["type"] == "handed_off")
     return all(e.get("toolUseId") != use.id for e in handed)
@@ -249,28 +348,35 @@ def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
 
 def _close_batch(
     worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
-) -> TurnOutcome | None:
+) -> TurnOutcome | TurnRecord:
     """The parked batch is closed: run what people approved, then answer the whole batch at once."""
     rt = worker.rt
     assert turn.checkpoint_id is not None
-    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    held = worker.closing
+    cp = (
+        held
+        if held is not None and held.id == turn.checkpoint_id
+        else rt.stores.checkpoints.get(turn.checkpoint_id)
+    )
     if cp is None or not cp.closed:
         raise NotFound(
             f"turn {turn.turn_id} is running on checkpoint {turn.checkpoint_id}, which is not closed"
         )
-    results = list(cp.results_so_far)
+    carry = NOTHING
     proposed = {u.id: u.input for u in history[-1].tool_uses}
     for item in cp.approved.values():
         use = ToolUseBlock(item.tool_use_id, item.tool, item.args)
-        if _no_time_for(worker, config, use):
-            return _hand_off(worker, turn, toolUseId=use.id, timeout=config.timeout_of(use.name))
+        if no_time_for(worker, config, use):
+            return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
         edited = args_hash(item.tool, item.args) != item.args_hash
         approval = _approval(cp, item.pending_id)
-        results.append(_run(worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id)))
+        ran = _run(worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id), not carry.ran)
+        carry = carry.plus([ran])
+    results = [*cp.results_so_far, *carry.results()]
     if cp.denied:
-        return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results))
-    append_results(worker, turn, history, results, clear_checkpoint=True)
-    return None
+        return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results), carry)
+    appended = append_results(worker, turn, history, results, clear_checkpoint=True, carry=carry)
+    return appended if appended is not None else load_turn(rt, turn.turn_id)
 
 
 def _approval(cp: TurnCheckpoint, pending_id: str) -> Approve | None:
@@ -285,7 +391,7 @@ def _record_verdicts(
     if all(u.id in turn.verdicts for u in uses):
         return turn
     fresh = {u.id: config.rules.evaluate(u.name, u.input).to_dict() for u in uses}
-    recorded = worker.rt.update_turn(
+    recorded = worker.rt.update_turn(  # (a response stored by an older version, without verdicts)
         turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
     )
     return recorded or load_turn(worker.rt, turn.turn_id)

@@ -11,7 +11,7 @@ from loopengine.app import delivery, faults
 from loopengine.app.batch import pending_notification
 from loopengine.app.ports import Append, Change
 from loopengine.app.turn_events import pending_events
-from loopengine.app.worker import TurnOutcome, Worker, load_turn, outcome_of
+from loopengine.app.worker import NOTHING, Carry, TurnOutcome, Worker, load_turn, outcome_of
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
@@ -29,12 +29,19 @@ def park(
     worker: Worker,
     config: AgentConfig,
     turn: TurnRecord,
-    seq: int,
+    history: list[Message],
     results: list[ToolResultBlock],
     pending: list[PendingItem],
+    carry: Carry = NOTHING,
 ) -> TurnOutcome | None:
-    """Write the checkpoint, its pointers, the pause, its audit event and notifications: one write."""
+    """Write the checkpoint, its pointers, the pause, its audit event and notifications: one write.
+
+    What ``carry`` holds (the model's response, verdicts, outcomes of calls run) lands in the same
+    write. ``None``: the pause did not land because a stop came first (nobody is asked); the caller
+    closes the batch. The batch is the message ``carry`` brings, else the last of ``history``.
+    """
     rt = worker.rt
+    seq = len(history) if carry.message is not None else len(history) - 1
     cp = TurnCheckpoint(
         id=checkpoint_id(turn, seq),
         turn_id=turn.turn_id,
@@ -57,19 +64,33 @@ def park(
         r for p in pending for r in delivery.announce(rt, config, turn, pending_notification(rt, turn, p))
     )
     notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
+    add = None if carry.message is None else Append(turn.session_id, (carry.message,), len(history))
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        paused = ts.pause(t, worker.runner, cp.id, stop, cp.next_expiry)
+        answered = carry.onto(t, worker.runner, worker.lease_until())
+        paused = None if answered is None else ts.pause(answered, worker.runner, cp.id, stop, cp.next_expiry)
         if paused is None:
             return None
-        return Change(t.turn_id, turn=paused, new_checkpoint=cp, events=(event, *offered), outbox=notes)
+        events = (*carry.all_events(), event, *offered)
+        return Change(
+            t.turn_id,
+            turn=paused,
+            new_checkpoint=cp,
+            append=add,
+            events=events,
+            outbox=notes,
+            calls=carry.calls(),
+        )
 
     try:
-        done = rt.transition(turn.turn_id, decide, turn=turn)
+        done = carry.commit(rt, turn.turn_id, decide, turn)
     except AlreadyExists:  # cannot happen with fresh pendingIds unless the batch was parked already
         return outcome_of(load_turn(rt, turn.turn_id))
     if done is None:  # a stop came first (nobody is asked), or the turn is no longer ours
         return None
+    if add is not None:
+        history.extend(add.messages)
+    carry.landed()
     faults.point("paused")
     if live_until is None:
         delivery.deliver(rt, notes)
@@ -77,11 +98,19 @@ def park(
     return outcome_of(done.turn, pending)
 
 
-def answer(turn: TurnRecord, history: list[Message], results: list[ToolResultBlock]) -> Append:
-    """The one user message answering every tool_use of the batch, in tool_use order."""
-    order = {u.id: i for i, u in enumerate(history[-1].tool_uses)}
+def answer(
+    turn: TurnRecord, history: list[Message], results: list[ToolResultBlock], carry: Carry = NOTHING
+) -> Append:
+    """The one user message answering every tool_use of the batch, in tool_use order.
+
+    When ``carry`` brings the model's message (not stored yet), it is appended first, in the same write.
+    """
+    batch = carry.message if carry.message is not None else history[-1]
+    order = {u.id: i for i, u in enumerate(batch.tool_uses)}
     ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
-    return Append(turn.session_id, (Message("user", tuple(ordered)),), len(history))
+    reply = Message("user", tuple(ordered))
+    messages = (reply,) if carry.message is None else (carry.message, reply)
+    return Append(turn.session_id, messages, len(history))
 
 
 def append_results(
@@ -90,16 +119,28 @@ def append_results(
     history: list[Message],
     results: list[ToolResultBlock],
     clear_checkpoint: bool = False,
-) -> None:
-    """Append the batch's answer (and, for a parked batch, drop the checkpoint pointer): one write."""
-    add = answer(turn, history, results)
+    carry: Carry = NOTHING,
+) -> TurnRecord | None:
+    """Append the batch's answer (and, for a parked batch, drop the checkpoint pointer): one write.
+
+    The outcomes of the calls ``carry`` ran land in it. Returns the turn as stored (None: the turn is
+    no longer this runner's).
+    """
+    add = answer(turn, history, results, carry)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
-        if t.status is not TurnStatus.RUNNING or t.runner != worker.runner:
+        held = carry.onto(t, worker.runner, worker.lease_until())
+        if held is None or held.status is not TurnStatus.RUNNING or held.runner != worker.runner:
             return None
-        cleared = ts.clear_checkpoint(t, worker.runner) if clear_checkpoint else t
-        return Change(t.turn_id, turn=cleared or t, append=add)
+        cleared = ts.clear_checkpoint(held, worker.runner) if clear_checkpoint else held
+        return Change(
+            t.turn_id, turn=cleared or held, append=add, events=carry.all_events(), calls=carry.calls()
+        )
 
-    if worker.rt.transition(turn.turn_id, decide, turn=turn) is not None:
-        history.extend(add.messages)
-        faults.point("results_appended")
+    done = carry.commit(worker.rt, turn.turn_id, decide, turn)
+    if done is None:
+        return None
+    history.extend(add.messages)
+    carry.landed()
+    faults.point("results_appended")
+    return done.turn

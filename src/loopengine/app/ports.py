@@ -36,6 +36,13 @@ class CheckpointStore(Protocol):
         """Follow a pendingId's pointer; ``None`` for an id never handed out."""
         ...
 
+    def find_with_turn(self, pending_id: str) -> tuple[TurnCheckpoint, TurnRecord | None] | None:
+        """:meth:`find_by_pending` and the checkpoint's turn, read together.
+
+        One round trip where the store can: a resolve needs both.
+        """
+        ...
+
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
         ...
@@ -92,6 +99,13 @@ class Change:
     idempotency: IdempotencyRecord | None = None
     """A client's ``Idempotency-Key`` for the turn this change creates: a create (AlreadyExists when
     an unexpired record holds the key), landing with the turn or not at all."""
+    claims: tuple[CallRecord, ...] = ()
+    """Tool calls claimed before they run: creates (AlreadyExists when a call was claimed already), so
+    a call is claimed in the same write as the decision to run it."""
+    calls: tuple[CallRecord, ...] = ()
+    """Outcomes of calls this writer claimed and ran (whole records, written as given): a call's
+    outcome lands with the transition that hands its result on (the results message, the checkpoint
+    of a pause, the finish), never in a write of its own."""
 
 
 @dataclass(frozen=True)

@@ -56,19 +56,24 @@ def _open_item(cp: TurnCheckpoint, pending_id: str) -> PendingItem | None:
 
 def _find(
     rt: Runtime, pending_id: str, kind: str, who: Principal
-) -> tuple[TurnCheckpoint, PendingItem] | Resolution:
-    """The open item, or how to answer a click on one that is not open (already / expired).
+) -> tuple[TurnCheckpoint, PendingItem, TurnRecord] | Resolution:
+    """The open item with its checkpoint and turn (read together), or how to answer a late click.
+
+    A click on an item that is not open is answered already / expired.
 
     An item of a tenant the caller cannot see does not exist for them (404, whatever its state).
     """
-    cp = rt.stores.checkpoints.find_by_pending(pending_id)
+    found = rt.stores.checkpoints.find_with_turn(pending_id)
+    cp, turn = found if found is not None else (None, None)
     if cp is not None and not who.sees_item(cp.tenant, pending_id):
         raise NotFound(f"no pending item {pending_id!r}")
     item = _open_item(cp, pending_id) if cp is not None else None
     if cp is None or item is None:
         return ALREADY
+    if turn is None:
+        raise NotFound(f"no turn {cp.turn_id!r}")
     if item.expires_at is not None and item.expires_at <= rt.stores.clock.now():
-        expire_due(rt, _turn(rt, cp.turn_id))  # the same transition the sweep makes, just earlier
+        expire_due(rt, turn)  # the same transition the sweep makes, just earlier
         return EXPIRED
     if item.kind != kind:
         route = (
@@ -77,7 +82,7 @@ def _find(
             else f"POST /pending-approvals/{pending_id}/resolve"
         )
         raise WrongKind(f"{pending_id} is a pending {item.kind}; use {route}")
-    return cp, item
+    return cp, item, turn
 
 
 Mark = Any  # a checkpoint transition applied to an open item: (cp, item) -> cp
@@ -146,12 +151,11 @@ def resolve_approval(
     found = _find(rt, pending_id, "approval", decider)
     if isinstance(found, Resolution):
         return found
-    cp, item = found
+    cp, item, turn = found
     if args_hash is not None and args_hash != item.args_hash:
         raise Conflict("argsHash does not match the pending call: the request you saw has changed")
     if not decider.may_approve(item.approvers):
         raise Forbidden(f"{decider.id} is not among the approvers of this call")
-    turn = _turn(rt, cp.turn_id)
     now, by = rt.stores.clock.now(), decider.decided_by()
     if decision == "deny":
         event = rt.stamp("decided", pendingId=pending_id, decision="deny", comment=comment, **by.fields())
@@ -187,10 +191,9 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
     found = _find(rt, pending_id, "question", decider)
     if isinstance(found, Resolution):
         return found
-    cp, _item = found
+    cp, _item, turn = found
     now, by = rt.stores.clock.now(), decider.decided_by()
     event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by.fields())
-    turn = _turn(rt, cp.turn_id)
     answered = _decide(rt, turn, cp, pending_id, lambda c, i: cps.answer(c, i, answer, by, now), event)
     if answered is None:
         return ALREADY

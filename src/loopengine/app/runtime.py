@@ -78,6 +78,13 @@ class Runtime:
             self._configs[key] = from_snapshot(snapshot, self.agents.code(agent), self.mcp)
         return self._configs[key]
 
+    def keep_config(self, agent: str, config_hash: str, snapshot: JsonDict) -> None:
+        """Store a turn's config snapshot (once per process) and keep it, so the turn need not read it."""
+        key = (agent, config_hash)
+        if key not in self._configs:
+            self.stores.turns.put_config(config_hash, snapshot)
+            self._configs[key] = from_snapshot(snapshot, self.agents.code(agent), self.mcp)
+
     def transition(
         self,
         turn_id: str,

@@ -64,6 +64,14 @@ class SqliteCheckpointStore(_SqliteStore):
         )
         return TurnCheckpoint.from_dict(found) if found else None
 
+    def find_with_turn(self, pending_id: str) -> tuple[TurnCheckpoint, TurnRecord | None] | None:
+        """The pointer's checkpoint, then its turn (two local reads; the write after is a CAS anyway)."""
+        cp = self.find_by_pending(pending_id)
+        if cp is None:
+            return None
+        found = self.db.body("SELECT body FROM turns WHERE turn_id = ?", (cp.turn_id,))
+        return cp, TurnRecord.from_dict(found) if found else None
+
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""
         with self.db.write() as conn:
@@ -152,6 +160,13 @@ class SqliteTurnStore(_SqliteStore):
                 _put_outbox(conn, record)
             if change.idempotency is not None:
                 _claim_key(conn, change.idempotency)
+            for call in change.claims:
+                if insert(conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "NOTHING") != 1:
+                    raise AlreadyExists(f"call {call.tool_use_id} of turn {call.turn_id} was claimed already")
+            for call in change.calls:
+                insert(
+                    conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "UPDATE SET body = excluded.body"
+                )
         return Committed(turn, cp)
 
     def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
