@@ -126,8 +126,13 @@ test: lint typecheck pytest
 openapi: $(RUNTIME)
 	$(BIN)/python -m loopengine.http.openapi > docs/openapi.json
 
+# bench/run.py (cold start, per-turn overhead, requests per step), then bench/peers/run.py: loopengine
+# against LangGraph's DynamoDB saver on the common scenario, side by side. The latter builds
+# .venv-peers (LangGraph, langgraph-checkpoint-aws; never a product dependency) from the hashed lock
+# bench/peers/requirements.txt the first time, and writes bench/results/peers.json
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/peers/run.py
 
 # re-lock from pyproject.toml (keeps every pin it still allows; UPGRADE=1: the newest it allows)
 lock: $(UV)

@@ -81,6 +81,8 @@ class Bench:
     engine: Engine
     meter: Meter
     invoker: PhaseInvoker
+    client: Any
+    """The metered boto3 DynamoDB client the stores use."""
 
 
 @contextmanager
@@ -102,7 +104,7 @@ def scenario_engine() -> Iterator[Bench]:
         )
         engine = Engine(runtime)
         invoker.engine = engine
-        yield Bench(engine, meter, invoker)
+        yield Bench(engine, meter, invoker, client)
 
 
 def stored_bytes(meter: Meter) -> int:

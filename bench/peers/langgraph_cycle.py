@@ -56,7 +56,14 @@ RUNS: Counter[str] = Counter()
 """Tool name -> times its effect ran (the lookup's read, the refund's issue)."""
 ENTRIES: Counter[str] = Counter()
 """Tool name -> times its function was entered."""
-PACKAGES = ("langgraph", "langgraph-checkpoint-aws", "langgraph-checkpoint", "langchain-core", "boto3", "moto")
+PACKAGES = (
+    "langgraph",
+    "langgraph-checkpoint-aws",
+    "langgraph-checkpoint",
+    "langchain-core",
+    "boto3",
+    "moto",
+)
 
 
 def build_agent(saver: Any) -> Any:
@@ -78,7 +85,9 @@ def build_agent(saver: Any) -> Any:
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
-        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **_: Any) -> Any:
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **_: Any
+        ) -> Any:
             start = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
             results = {m.name: m.content for m in messages[start + 1 :] if isinstance(m, ToolMessage)}
             if not results:
@@ -93,7 +102,9 @@ def build_agent(saver: Any) -> Any:
                 if refund.get("status") != "issued":
                     text = f"I could not refund order {REFUND['order_id']}."
                 else:
-                    text = f"Done: order {REFUND['order_id']} was refunded ({float(refund['amount']):.2f} USD)."
+                    text = (
+                        f"Done: order {REFUND['order_id']} was refunded ({float(refund['amount']):.2f} USD)."
+                    )
                 answer = AIMessage(content=text)
             return ChatResult(generations=[ChatGeneration(message=answer)])
 
@@ -192,8 +203,61 @@ def _totals(phases: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> dict[str, Any]:
-    """A warmed-up cycle on a fresh moto table (a warm-up cycle in another thread first, as on our side)."""
+def earlier_turns(count: int) -> list[Any]:
+    """The messages ``count`` finished cycles leave in a thread (what one cycle adds, ``count`` times)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    order = json.loads(ORDERS.read_text())["A-1001"]
+    out: list[Any] = []
+    for n in range(count):
+        calls = [
+            {"name": "lookup_order", "args": LOOKUP, "id": f"early_{n}_0", "type": "tool_call"},
+            {"name": "issue_refund", "args": REFUND, "id": f"early_{n}_1", "type": "tool_call"},
+        ]
+        refund = {"refund_id": f"rf_{n:012d}", "order_id": "A-1001", "amount": 212.0, "status": "issued"}
+        out += [
+            HumanMessage(MESSAGE, id=f"early_{n}_h"),
+            AIMessage("", tool_calls=calls, id=f"early_{n}_a"),
+            ToolMessage(
+                json.dumps(order), tool_call_id=calls[0]["id"], name="lookup_order", id=f"early_{n}_t0"
+            ),
+            ToolMessage(
+                json.dumps(refund), tool_call_id=calls[1]["id"], name="issue_refund", id=f"early_{n}_t1"
+            ),
+            AIMessage("Done: order A-1001 was refunded (212.00 USD).", id=f"early_{n}_d"),
+        ]
+    return out
+
+
+def growth(graph: Any, meter: Meter, counts: list[int]) -> dict[str, Any]:
+    """The cycle's figures in a thread holding N earlier finished cycles' messages, for each N."""
+    out: dict[str, Any] = {}
+    for count in counts:
+        thread = f"grown-{count}"
+        if count:
+            config = {"configurable": {"thread_id": thread}}
+            graph.update_state(config, {"messages": earlier_turns(count)}, as_node="agent")
+        try:
+            cycle = run_cycle(graph, meter, thread)
+        except Exception as exc:  # e.g. a checkpoint past DynamoDB's 400 KB item limit
+            too_big = "Item size has exceeded" in str(exc)
+            why = "a checkpoint item over DynamoDB's 400 KB limit (no S3 offload configured)"
+            out[str(count)] = {"error": why if too_big else f"{type(exc).__name__}: {str(exc)[:160]}"}
+            continue
+        out[str(count)] = {
+            name: {k: phase[k] for k in ("requests", "items_read", "rru", "wru")}
+            for name, phase in cycle["phases"].items()
+            if phase is not None
+        }
+    return out
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    """A warmed-up cycle on a fresh moto table (a warm-up cycle in another thread first, as on our side).
+
+    ``--growth 0,10,50,200``: also the cycle in threads with that many earlier cycles.
+    """
+    counts = [int(n) for n in argv[argv.index("--growth") + 1].split(",")] if "--growth" in argv else []
     os.environ.update(FAKE_AWS)
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE"):
         os.environ.pop(name, None)
@@ -209,9 +273,11 @@ def main() -> dict[str, Any]:
         graph = build_agent(saver)
         run_cycle(graph, meter, "warm-up")
         cycle = run_cycle(graph, meter, "thread-1")
+        if counts:
+            cycle["growth"] = growth(graph, meter, counts)
     cycle["versions"] = {name: metadata.version(name) for name in PACKAGES}
     return cycle
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    print(json.dumps(main(sys.argv[1:]), indent=2))
