@@ -26,7 +26,7 @@ read them)::
 
 Without ``bench`` the cycle runs on a fresh table after one warm-up cycle in another session (a
 steady state: the agent's config snapshot is already stored, as on a running deployment).
-``growth()`` meters the cycle in a session with 0 / 10 / 50 / 200 earlier finished turns;
+``growth()`` meters the cycle in a session with 1 + 0 / 10 / 50 / 200 earlier finished turns;
 ``partition_rates()`` is scripts/partition_rate.py's table for a metered cycle.
 """
 
@@ -184,7 +184,7 @@ def with_earlier(bench: Bench, count: int) -> str:
 
 
 def growth(counts: Sequence[int] = GROWTH) -> dict[str, Any]:
-    """The cycle's figures in a session with N earlier finished turns, for each N in ``counts``."""
+    """The cycle's figures in a session with 1 + N earlier finished turns, for each N in ``counts``."""
     out: dict[str, Any] = {}
     for count in counts:
         with scenario_engine() as bench:

@@ -230,13 +230,16 @@ def earlier_turns(count: int) -> list[Any]:
 
 
 def growth(graph: Any, meter: Meter, counts: list[int]) -> dict[str, Any]:
-    """The cycle's figures in a thread holding N earlier finished cycles' messages, for each N."""
+    """The cycle's figures in a thread holding 1 + N earlier finished cycles' messages, for each N.
+
+    One more than N, as on loopengine's side (bench/scenario.py's ``with_earlier``: a session's first
+    cycle, then N more finished turns).
+    """
     out: dict[str, Any] = {}
     for count in counts:
         thread = f"grown-{count}"
-        if count:
-            config = {"configurable": {"thread_id": thread}}
-            graph.update_state(config, {"messages": earlier_turns(count)}, as_node="agent")
+        config = {"configurable": {"thread_id": thread}}
+        graph.update_state(config, {"messages": earlier_turns(1 + count)}, as_node="agent")
         try:
             cycle = run_cycle(graph, meter, thread)
         except Exception as exc:  # e.g. a checkpoint past DynamoDB's 400 KB item limit

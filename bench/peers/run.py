@@ -240,7 +240,7 @@ def report(result: dict[str, Any]) -> str:
     grown += growth_rows(result.get("langgraph_growth", {}), "LangGraph")
     out += [
         "",
-        "a cycle in a session with N earlier finished turns",
+        "a cycle in a session (LangGraph: a thread) with 1 + N earlier finished turns",
         render(("side", "N", "phase", "figures"), grown),
     ]
     partitions = partition_rows(result.get("partitions", []))
@@ -283,13 +283,23 @@ def measure(peers: bool, progress: Callable[[str], None] = print) -> dict[str, A
     return result
 
 
+def code_version() -> str | None:
+    """``git describe --always --dirty`` of the checkout measured (None outside a git checkout)."""
+    found = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
 def compare_and_write(result: dict[str, Any], path: Path = RESULT) -> list[str]:
-    """Drift lines against the previous result at ``path``; then ``result`` replaces it."""
+    """Drift lines against the previous result at ``path`` (naming its ``code``); ``result`` replaces it."""
     result["figures"] = figures(result)
     lines: list[str] = []
     if path.is_file():
-        previous = json.loads(path.read_text()).get("figures", {})
-        lines = drift(previous, result["figures"])
+        previous = json.loads(path.read_text())
+        lines = drift(previous.get("figures", {}), result["figures"])
+        if lines:
+            lines.insert(0, f"(previous run measured {previous.get('code') or 'unrecorded code'})")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return lines
@@ -304,13 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     result = measure(peers=not args.no_peers)
+    result["code"] = code_version()
     print()
     print(report(result))
     moved = compare_and_write(result, args.output)
     where = args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output
     print(f"\nwritten: {where}")
     for line in moved:
-        print(f"WARNING drift > {DRIFT:.0%} since the previous run: {line}")
+        print(line if line.startswith("(") else f"WARNING drift > {DRIFT:.0%} since the previous run: {line}")
     if not moved:
         print(f"no figure moved by more than {DRIFT:.0%} since the previous run")
     return 0
