@@ -71,9 +71,7 @@ def build_agent(saver: Any) -> Any:
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
-    from langchain_core.tools import tool
     from langgraph.prebuilt import create_react_agent
-    from langgraph.types import interrupt
 
     class ScriptedChatModel(BaseChatModel):
         """Both calls in one answer; once both results are in, one closing sentence."""
@@ -108,6 +106,16 @@ def build_agent(saver: Any) -> Any:
                 answer = AIMessage(content=text)
             return ChatResult(generations=[ChatGeneration(message=answer)])
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent's deprecation notice (see module docstring)
+        return create_react_agent(ScriptedChatModel(), _tools(), prompt=SYSTEM, checkpointer=saver)
+
+
+def _tools() -> list[Any]:
+    """``lookup_order`` and ``issue_refund`` (which asks a human with ``interrupt()``), both counted."""
+    from langchain_core.tools import tool
+    from langgraph.types import interrupt
+
     @tool
     def lookup_order(order_id: str) -> str:
         """Look up an order by id."""
@@ -127,11 +135,7 @@ def build_agent(saver: Any) -> Any:
         refund = {"refund_id": "rf_" + os.urandom(6).hex(), "order_id": order_id, "amount": amount}
         return json.dumps({**refund, "status": "issued"})
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # create_react_agent's deprecation notice (see module docstring)
-        return create_react_agent(
-            ScriptedChatModel(), [lookup_order, issue_refund], prompt=SYSTEM, checkpointer=saver
-        )
+    return [lookup_order, issue_refund]
 
 
 def _parsed(content: Any) -> dict[str, Any]:
