@@ -112,7 +112,11 @@ def test_document_covers_every_served_route_with_its_status_codes_and_auth() -> 
     }
     resolve = ops["POST /pending-approvals/{pendingId}/resolve"]["responses"]
     assert set(resolve) >= {"200", "202", "400", "401", "403", "404", "409"}
-    assert all("422" not in op["responses"] for op in ops.values()), "we answer 400, never 422"
+    keyed = {"POST /agents/{agent}/messages", "POST /turns/{turnId}/cancel"}  # take an Idempotency-Key
+    with_422 = {key for key, op in ops.items() if "422" in op["responses"]}
+    assert with_422 == keyed, "bad input is 400, never Powertools' 422; 422 is idempotency_mismatch only"
+    for key in keyed:
+        assert "idempotency_mismatch" in ops[key]["responses"]["422"]["description"]
     schemes = doc["components"]["securitySchemes"]
     assert schemes["basicAuth"]["scheme"] == "basic" and schemes["jwt"]["bearerFormat"] == "JWT"
     public = {key for key, op in ops.items() if op.get("security") == [{}]}

@@ -10,29 +10,26 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, Literal
 
 from loopengine.app import (
-    delivery,
     expiry,
     items,
     lifecycle,
     resolution,
     sessions,
+    starts,
     turn_events,
     views,
     waits,
 )
 from loopengine.app.follow import follow as follow_turn
-from loopengine.app.loop import advance
-from loopengine.app.ports import Append, Change
+from loopengine.app.ports import Change
 from loopengine.app.replay import replay
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
-from loopengine.app.worker import TurnOutcome, Worker
+from loopengine.app.worker import TurnOutcome
 from loopengine.authoring.agent import AgentConfig
-from loopengine.domain import notifications
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import (
     AlreadyExists,
@@ -40,9 +37,8 @@ from loopengine.domain.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
-    VersionConflict,
 )
-from loopengine.domain.idempotency import Claim, claim
+from loopengine.domain.idempotency import claim
 from loopengine.domain.ids import new_id
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
@@ -104,31 +100,23 @@ class Engine:
         who = sender or Decider("system", "message", kind=OPERATOR)
         config = self.rt.agents.get(agent)
         sid = session_id or new_id("ses_")
-        turns = self.rt.stores.turns.session_turns(session_id) if session_id else []  # read once
+        store = self.rt.stores.turns
+        owner = store.session_owner(session_id) if session_id else None  # flat: one entry, not every turn
         named = tenant
-        tenant = sessions.tenant_for(who, tenant, sid, turns)
+        tenant = sessions.tenant_for(who, tenant, sid, owner)
         sent = {"message": message, "sessionId": session_id, "tenant": named, "live": live}
         key = None if idempotency_key is None else claim(idempotency_key, tenant, f"agent:{agent}", sent)
         replayed = replay(self.rt, key)
         if replayed is not None:
             return replayed
-        active = sessions.active_turns(sid, config, tenant, turns)
+        unfinished = store.unfinished_session_turns(sid) if owner is not None else []
+        active = sessions.active_turns(sid, config, tenant, owner, unfinished)
+        start = starts.Start(config, sid, tenant, trigger, message, live, key, fresh=not session_id)
         if active and config.on_new_message == "queue":
-            return self._queue(config, sid, tenant, trigger, message, live, key)
+            return starts.queue(self.rt, start, active)
         for earlier in active:
             self._make_way(config, earlier, who)
-        return self._start(
-            config,
-            sid,
-            tenant,
-            trigger,
-            message,
-            budget_seconds,
-            remaining_seconds,
-            live,
-            key,
-            not session_id,
-        )
+        return starts.run(self.rt, start, budget_seconds, remaining_seconds)
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
@@ -160,115 +148,6 @@ class Engine:
             "retry when it finishes or cancel it",
             details={"turnId": earlier.turn_id},
         )
-
-    def _new_turn(
-        self,
-        config: AgentConfig,
-        sid: str,
-        tenant: str,
-        trigger: str,
-        start_seq: int,
-        runner: str | None,
-        live: bool = False,
-    ) -> TurnRecord:
-        rt = self.rt
-        config_hash = config.config_hash()
-        rt.keep_config(config.name, config_hash, config.snapshot())
-        now = rt.stores.clock.now()
-        return TurnRecord(
-            turn_id=new_id("trn_"),
-            session_id=sid,
-            agent=config.name,
-            tenant=tenant,
-            config_hash=config_hash,
-            start_seq=start_seq,
-            created_at=now,
-            trigger=trigger,
-            lease_until=now + rt.lease_seconds if runner else 0.0,
-            due_at=now + (rt.lease_seconds if runner else rt.handoff_grace),
-            runner=runner,
-            status=TurnStatus.RUNNING if runner else TurnStatus.QUEUED,
-            code_version=rt.code_version,
-            live=live,
-        )
-
-    def _queue(
-        self,
-        config: AgentConfig,
-        sid: str,
-        tenant: str,
-        trigger: str,
-        message: str,
-        live: bool,
-        key: Claim | None = None,
-    ) -> TurnOutcome:
-        turn = replace(self._new_turn(config, sid, tenant, trigger, -1, None, live), queued_message=message)
-        event = self.rt.stamp("queued", trigger=trigger)
-        held = key.record(turn.turn_id, self.now()) if key is not None else None
-        try:
-            self.rt.stores.turns.commit(
-                Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held)
-            )
-        except AlreadyExists:  # the same key's first request landed meanwhile
-            return self._replayed(key)
-        lifecycle.resume_turn(self.rt, turn.turn_id)  # in case the way cleared meanwhile
-        return self.outcome(turn.turn_id)
-
-    def _start(
-        self,
-        config: AgentConfig,
-        sid: str,
-        tenant: str,
-        trigger: str,
-        message: str,
-        budget_seconds: float | None,
-        remaining_seconds: float | None,
-        live: bool = False,
-        key: Claim | None = None,
-        fresh: bool = False,
-    ) -> TurnOutcome:
-        """Create the turn and append its message in one write, then run it (this request is its worker).
-
-        ``fresh``: the session id was just made up, so its history is empty without a read.
-        """
-        rt = self.rt
-        history = [] if fresh else rt.stores.sessions.load(sid)
-        runner = new_id("run_")
-        turn = self._new_turn(config, sid, tenant, trigger, len(history), runner, live)
-        notes = delivery.announce(rt, config, turn, notifications.run_start(turn, trigger))
-        event = rt.stamp("started", trigger=trigger, configHash=turn.config_hash)
-        add = Append(sid, (Message.user_text(message),), len(history))
-        held = key.record(turn.turn_id, self.now()) if key is not None else None
-        try:
-            created = rt.stores.turns.commit(
-                Change(
-                    turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held
-                )
-            )
-        except AlreadyExists:  # the same key's first request landed meanwhile
-            return self._replayed(key)
-        except VersionConflict:
-            if key is not None and (replayed := replay(rt, key)) is not None:
-                return replayed  # it landed first and moved the session: answer it, not a 409
-            raise Conflict(f"session {sid} changed while this message arrived; retry") from None
-        delivery.deliver(rt, notes)
-        worker = self._worker(turn.turn_id, runner, budget_seconds, remaining_seconds)
-        return advance(worker, created.turn, [*history, *add.messages])
-
-    def _replayed(self, key: Claim | None) -> TurnOutcome:
-        """The answer to a request whose key another request just used (the store refused ours)."""
-        replayed = replay(self.rt, key)
-        if replayed is None:
-            raise Conflict("a record to create exists; retry")
-        return replayed
-
-    def _worker(
-        self, turn_id: str, runner: str, budget_seconds: float | None, remaining_seconds: float | None
-    ) -> Worker:
-        now = self.rt.stores.clock.now()
-        deadline = None if budget_seconds is None else now + budget_seconds
-        hard = None if remaining_seconds is None else now + remaining_seconds
-        return Worker(self.rt, turn_id, runner, deadline, hard)
 
     def resolve(
         self,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import delivery, expiry, faults
-from loopengine.app.loop import advance, first_claim
+from loopengine.app.claims import first_claim
+from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker import TurnOutcome, Worker, hand_on, outcome_of

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopengine.app.batch import BatchPlan, Ran, claim_of, not_run, plan_batch, record_alone, run_call
+from loopengine.app.batch import BatchPlan, plan_batch, record_alone
+from loopengine.app.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.model_call import Abandoned, call_model
 from loopengine.app.pause import answer, append_results, checkpoint_id, park
 from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
-from loopengine.app.runtime import Runtime
 from loopengine.app.worker import (
     NOTHING,
     Carry,
@@ -43,16 +43,11 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
 from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
-from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
-from loopengine.domain.decisions import Approve
+from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
-
-_RECORD_MARGIN = 2.0
-"""Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
 
 
 def advance(
@@ -224,19 +219,6 @@ def _batch(
 STICKY = "approved for the rest of this turn"
 
 
-def first_claim(
-    worker: Worker, config: AgentConfig, turn: TurnRecord, uses: list[ToolUseBlock], now: float
-) -> tuple[CallRecord, ...]:
-    """The claim of the first call to run, to ride in the write that decides it runs (if it fits).
-
-    Only the first: a later call may not fit the time left once the first has run, and a claimed
-    call must run (or be recorded as not run); later calls are claimed on their own before they run.
-    """
-    if not uses or no_time_for(worker, config, uses[0]):
-        return ()
-    return (claim_of(turn, uses[0], now),)
-
-
 def _claim(
     worker: Worker, turn: TurnRecord, history: list[Message], carry: Carry, claims: tuple[CallRecord, ...]
 ) -> TurnRecord | None:
@@ -274,7 +256,7 @@ def _run_batch(
     for use in plan.allowed:
         if no_time_for(worker, config, use):
             return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
-        carry = carry.plus([_run(worker, config, turn, use, first=not carry.ran)])
+        carry = carry.plus([run_one(worker, config, turn, use, first=not carry.ran)])
     results += carry.results()
     while True:
         stop = turn.stop_requested
@@ -292,58 +274,6 @@ def _run_batch(
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             record_alone(rt, list(carry.ran))
             return outcome_of(turn)
-
-
-def _run(
-    worker: Worker,
-    config: AgentConfig,
-    turn: TurnRecord,
-    use: ToolUseBlock,
-    edited: bool = False,
-    approval: Approve | None = None,
-    proposed: JsonDict | None = None,
-    first: bool = True,
-) -> Ran:
-    """Run one call unless a stop was requested first.
-
-    Before the first call of a step the record in hand is the check (its write's version condition
-    saw no stop); before each later one the stop flag is read.
-    """
-    rt = worker.rt
-    claim = worker.claimed.pop(use.id, None)
-    stop = turn.stop_requested if first else _stop_requested(rt, worker.turn_id)
-    if stop is not None:
-        if claim is not None:  # claimed here and never started: this process knows it did not run
-            return not_run(rt, claim, stop)
-        if use.id not in rt.stores.turns.calls(worker.turn_id):
-            return Ran(outcomes.cancelled(use.id, stop))
-    with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
-        return run_call(rt, config, turn, use, edited, approval, proposed, claim)
-
-
-def no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
-    """The call's timeout does not fit the time this invocation has left: hand the turn on first.
-
-    The limit is the invocation's end (``hard_limit``; else the time budget), less a margin to record
-    the outcome: running the call anyway could end the invocation mid-call and make it ``unknown``.
-    A call that has started is answered from its record; a call handed on once for this reason runs
-    on the next worker whatever its time (a second hand-off could go on for ever). A call this worker
-    claimed runs (its claim was written only once it fitted: see :func:`first_claim`).
-    """
-    rt = worker.rt
-    limit = worker.hard_limit if worker.hard_limit is not None else worker.deadline
-    needed = config.timeout_of(use.name) + _RECORD_MARGIN
-    if limit is None or rt.stores.clock.now() + needed <= limit:
-        return False
-    if use.id in worker.claimed or use.id in rt.stores.turns.calls(worker.turn_id):
-        return False
-    handed = (e for e in rt.stores.turns.events(worker.turn_id) if e["type"] == "handed_off")
-    return all(e.get("toolUseId") != use.id for e in handed)
-
-
-def _stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
-    current = rt.stores.turns.get_turn(turn_id)
-    return current.stop_requested if current is not None else None
 
 
 def _close_batch(
@@ -369,19 +299,16 @@ def _close_batch(
         if no_time_for(worker, config, use):
             return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
         edited = args_hash(item.tool, item.args) != item.args_hash
-        approval = _approval(cp, item.pending_id)
-        ran = _run(worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id), not carry.ran)
+        approval = approval_of(cp, item.pending_id)
+        ran = run_one(
+            worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id), not carry.ran
+        )
         carry = carry.plus([ran])
     results = [*cp.results_so_far, *carry.results()]
     if cp.denied:
         return finish(worker, config, turn, StopReason.DENIED, None, answer(turn, history, results), carry)
     appended = append_results(worker, turn, history, results, clear_checkpoint=True, carry=carry)
     return appended if appended is not None else load_turn(rt, turn.turn_id)
-
-
-def _approval(cp: TurnCheckpoint, pending_id: str) -> Approve | None:
-    """The person's approval of one item (who, when, through what, with what note or edit)."""
-    return next((d for d in reversed(decisions_for(cp, pending_id)) if isinstance(d, Approve)), None)
 
 
 def _record_verdicts(

@@ -42,21 +42,9 @@ def park(
     """
     rt = worker.rt
     seq = len(history) if carry.message is not None else len(history) - 1
-    cp = TurnCheckpoint(
-        id=checkpoint_id(turn, seq),
-        turn_id=turn.turn_id,
-        session_id=turn.session_id,
-        agent=turn.agent,
-        tenant=turn.tenant,
-        results_so_far=tuple(results),
-        outstanding={p.pending_id: p for p in pending},
-        created_at=rt.stores.clock.now(),
-    )
-    stop = (
-        StopReason.PENDING_QUESTION
-        if all(p.kind == "question" for p in pending)
-        else StopReason.PENDING_APPROVAL
-    )
+    cp = _checkpoint(turn, seq, results, pending, rt.stores.clock.now())
+    asks = all(p.kind == "question" for p in pending)
+    stop = StopReason.PENDING_QUESTION if asks else StopReason.PENDING_APPROVAL
     live_until = cp.created_at + config.live_wait if turn.live and config.live_wait else None
     event = rt.stamp("paused", stopReason=stop.value, pendingIds=[p.pending_id for p in pending])
     offered = tuple({**rt.stamp(name), **data} for name, data in pending_events(pending, live_until))
@@ -96,6 +84,22 @@ def park(
         delivery.deliver(rt, notes)
     assert done.turn is not None
     return outcome_of(done.turn, pending)
+
+
+def _checkpoint(
+    turn: TurnRecord, seq: int, results: list[ToolResultBlock], pending: list[PendingItem], now: float
+) -> TurnCheckpoint:
+    """The checkpoint of the batch in history message ``seq``."""
+    return TurnCheckpoint(
+        id=checkpoint_id(turn, seq),
+        turn_id=turn.turn_id,
+        session_id=turn.session_id,
+        agent=turn.agent,
+        tenant=turn.tenant,
+        results_so_far=tuple(results),
+        outstanding={p.pending_id: p for p in pending},
+        created_at=now,
+    )
 
 
 def answer(

@@ -159,6 +159,13 @@ class TurnStore(Protocol):
         """Every turn of a session, oldest first."""
         ...
 
+    def session_owner(self, session_id: str) -> tuple[str, str] | None:
+        """(tenant, agent) of the session's first turn; None for a session with no turn.
+
+        What it costs must not grow with the session.
+        """
+        ...
+
     def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's turns that have not finished, oldest first (``session_turns``' order).
 

@@ -8,20 +8,21 @@ from loopengine.domain.principals import Principal
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-def tenant_for(who: Principal, named: str | None, sid: str, earlier: list[TurnRecord]) -> str:
+def tenant_for(who: Principal, named: str | None, sid: str, owner: tuple[str, str] | None) -> str:
     """The tenant a message goes to.
 
     The one named (403 outside the caller's scope), else the session's (an existing session keeps
     its tenant; another tenant's session does not exist for the caller), else the caller's own.
+    ``owner``: the session's (tenant, agent), None for a new session.
     """
     if named:
         if not who.sees(named):
             raise Forbidden(f"{who.id} may not act in tenant {named!r}")
         return named
-    if earlier:
-        if not who.sees(earlier[0].tenant):
+    if owner is not None:
+        if not who.sees(owner[0]):
             raise NotFound(f"no session {sid!r}")
-        return earlier[0].tenant
+        return owner[0]
     if who.tenants is None or "" in who.tenants:
         return ""
     if len(who.tenants) == 1:
@@ -29,11 +30,14 @@ def tenant_for(who: Principal, named: str | None, sid: str, earlier: list[TurnRe
     raise InvalidInput("tenant is required: you may act in several tenants")
 
 
-def active_turns(sid: str, config: AgentConfig, tenant: str, earlier: list[TurnRecord]) -> list[TurnRecord]:
+def active_turns(
+    sid: str, config: AgentConfig, tenant: str, owner: tuple[str, str] | None, unfinished: list[TurnRecord]
+) -> list[TurnRecord]:
     """The session's unfinished turns (404 for another tenant's session, 409 for another agent's)."""
-    for turn in earlier:
-        if turn.tenant != tenant:  # another tenant's session does not exist for this caller
+    if owner is not None:
+        owner_tenant, owner_agent = owner
+        if owner_tenant != tenant:  # another tenant's session does not exist for this caller
             raise NotFound(f"no session {sid!r}")
-        if turn.agent != config.name:
-            raise Conflict(f"session {sid} belongs to agent {turn.agent!r}")
-    return [t for t in earlier if t.status is not TurnStatus.FINISHED]
+        if owner_agent != config.name:
+            raise Conflict(f"session {sid} belongs to agent {owner_agent!r}")
+    return [t for t in unfinished if t.status is not TurnStatus.FINISHED]

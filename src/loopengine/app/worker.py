@@ -184,7 +184,8 @@ def finish(
         return outcome_of(load_turn(rt, turn.turn_id))
     carry.landed()
     delivery.deliver(rt, notes)
-    start_next_queued(rt, turn.session_id)
+    if done.turn.queued_behind:  # (else no message waits: the session needs no read)
+        start_next_queued(rt, turn.session_id)
     return outcome_of(done.turn)
 
 

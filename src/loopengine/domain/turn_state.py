@@ -21,8 +21,13 @@ duplicate delivery, a late click or a second stop request finds nothing to do.
           └───────────────────────────────┘                          RUNNING ───┘
 
 ``due_at`` is the turn's promise to the sweep: when nothing else moves it, the sweep looks at it
-then. RUNNING: the lease end (a heartbeat renews it while a step runs, so only a dead runner lets
-it pass). READY: a short grace after the hand-off (the resume invoke should claim it long before).
+then. The stores index it, so it moves only when the turn enters or leaves the due set or its due
+time changes for another reason than a lease renewal: RUNNING: at most the lease end. A claim keeps
+a due time still ahead within the new lease (a READY turn's grace); a heartbeat renews
+``lease_until`` alone, so the sweep may find a running turn due while its runner is alive: it then
+moves ``due_at`` to the lease end (:func:`look_later`, one write per lease at most) and does
+nothing else; only a dead runner lets the lease end pass. READY: a short grace after the hand-off
+(the resume invoke should claim it long before).
 RETRYING: the retry time. PAUSED: the first pending item's expiry, if any. QUEUED turns are due
 at once (the sweep starts them when their session frees up; until then it looks again after the
 grace); FINISHED turns are never due.
@@ -47,8 +52,11 @@ def _held(turn: TurnRecord, runner: str) -> bool:
     return turn.status is TurnStatus.RUNNING and turn.runner == runner
 
 
-def _running(turn: TurnRecord, runner: str, until: float) -> TurnRecord:
-    return replace(turn, status=TurnStatus.RUNNING, runner=runner, lease_until=until, due_at=until)
+def _running(turn: TurnRecord, runner: str, now: float, until: float) -> TurnRecord:
+    """Held by ``runner`` until ``until``; a due time still ahead and within the lease stays (no move)."""
+    keep = turn.due_at is not None and now < turn.due_at <= until
+    due = turn.due_at if keep else until
+    return replace(turn, status=TurnStatus.RUNNING, runner=runner, lease_until=until, due_at=due)
 
 
 def claim(
@@ -61,30 +69,41 @@ def claim(
     (the runner died); QUEUED ones when their session is free.
     """
     if turn.status is TurnStatus.READY:
-        return _running(turn, runner, until)
+        return _running(turn, runner, now, until)
     if turn.status is TurnStatus.RETRYING:
         due = turn.due_at is None or turn.due_at <= now or turn.stop_requested is not None
-        return _running(turn, runner, until) if due else None
+        return _running(turn, runner, now, until) if due else None
     if turn.status is TurnStatus.RUNNING:
-        return _running(turn, runner, until) if turn.lease_until <= now else None
+        return _running(turn, runner, now, until) if turn.lease_until <= now else None
     if turn.status is TurnStatus.QUEUED and session_free and turn.stop_requested is None:
-        return _running(turn, runner, until)
+        return _running(turn, runner, now, until)
     return None
 
 
 def renew(turn: TurnRecord, runner: str, until: float) -> TurnRecord | None:
-    """The runner's heartbeat: extend its lease (never shorten it)."""
+    """The runner's heartbeat: extend its lease (never shorten it); ``due_at`` stays (see above)."""
     if not _held(turn, runner) or until <= turn.lease_until:
         return None
-    return replace(turn, lease_until=until, due_at=until)
+    return replace(turn, lease_until=until)
 
 
 def model_answered(turn: TurnRecord, runner: str, until: float) -> TurnRecord | None:
-    """The model answered: reset the transient-failure count and renew the lease."""
+    """The model answered: reset the transient-failure count and renew the lease (``due_at`` stays)."""
     if not _held(turn, runner):
         return None
-    lease = max(until, turn.lease_until)
-    return replace(turn, lease_until=lease, due_at=lease, model_failures=0)
+    return replace(turn, lease_until=max(until, turn.lease_until), model_failures=0)
+
+
+def look_later(turn: TurnRecord, now: float) -> TurnRecord | None:
+    """The sweep found a RUNNING turn due whose lease was renewed since: not due; look at its lease end.
+
+    ``None`` when the turn is really due (its lease ran out) or not running: the sweep acts on it.
+    """
+    if turn.status is not TurnStatus.RUNNING or turn.lease_until <= now:
+        return None
+    if turn.due_at is not None and turn.due_at >= turn.lease_until:
+        return None
+    return replace(turn, due_at=turn.lease_until)
 
 
 def record_verdicts(turn: TurnRecord, runner: str, fresh: dict[str, JsonDict]) -> TurnRecord | None:
@@ -209,3 +228,10 @@ def stop_parked(turn: TurnRecord, reason: StopReason, now: float, grace: float) 
 def stick(turn: TurnRecord, tool: str) -> TurnRecord | None:
     """A reviewer approved ``tool`` for the rest of the turn."""
     return None if tool in turn.sticky_tools else replace(turn, sticky_tools=(*turn.sticky_tools, tool))
+
+
+def queue_behind(turn: TurnRecord) -> TurnRecord | None:
+    """A message was queued behind this unfinished turn: its finish starts the next turn."""
+    if turn.status is TurnStatus.FINISHED or turn.queued_behind:
+        return None
+    return replace(turn, queued_behind=True)

@@ -56,7 +56,8 @@ class TurnRecord:
     else moved it (lease end, retry time, the grace of an unclaimed hand-off, the first pending
     item's expiry), ``None`` when nothing is due; ``model_failures`` counts transient model errors
     in a row. ``live``: the message came on the live channel (``"live": true``), so a pause's
-    notifications wait the agent's ``live_wait`` for an inline decision first.
+    notifications wait the agent's ``live_wait`` for an inline decision first. ``queued_behind``:
+    a message is queued behind this turn, so its finish starts the next one (else no read for it).
     """
 
     turn_id: str
@@ -82,6 +83,7 @@ class TurnRecord:
     due_at: float | None = None
     model_failures: int = 0
     live: bool = False
+    queued_behind: bool = False
     version: int = 0
 
     def to_dict(self) -> JsonDict:
@@ -106,6 +108,7 @@ class TurnRecord:
             "stopRequested": self.stop_requested.value if self.stop_requested else None,
             "stickyTools": list(self.sticky_tools),
             "queuedMessage": self.queued_message,
+            "queuedBehind": self.queued_behind,
             "runner": self.runner,
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
@@ -140,6 +143,7 @@ class TurnRecord:
             due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
             model_failures=int(d.get("modelFailures", 0)),
             live=bool(d.get("live", False)),
+            queued_behind=bool(d.get("queuedBehind", False)),
             version=int(d.get("version", 0)),
         )
 

@@ -216,6 +216,12 @@ class SqliteTurnStore(_SqliteStore):
         sql = "SELECT body FROM turns WHERE session_id = ? ORDER BY created_at, rowid"
         return [TurnRecord.from_dict(found) for found in self.db.bodies(sql, (session_id,))]
 
+    def session_owner(self, session_id: str) -> tuple[str, str] | None:
+        """(tenant, agent) of the session's first turn."""
+        sql = "SELECT body FROM turns WHERE session_id = ? ORDER BY created_at, rowid LIMIT 1"
+        found = self.db.body(sql, (session_id,))
+        return None if found is None else (str(found.get("tenant", "")), str(found["agent"]))
+
     def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's turns that have not finished, oldest first."""
         return [t for t in self.session_turns(session_id) if t.status is not TurnStatus.FINISHED]
