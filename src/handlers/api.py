@@ -1,8 +1,8 @@
 """The ``api`` Lambda: see :mod:`loopengine.http.api`; SnapStart: :mod:`loopengine.http.snapstart`."""
 
 from loopengine.http import snapstart
-from loopengine.http.api import handler
 
-snapstart.init("api")
+with snapstart.loading("api"):  # the dependencies are loaded; the collector pauses while ours load
+    from loopengine.http.api import handler
 
 __all__ = ["handler"]
