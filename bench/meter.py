@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ _FACTOR = "meter.read_factor"
 """Request-context note: 1 for a strongly consistent GetItem/Query/Scan, 0.5 for an eventual one."""
 _UPDATED = "meter.updated_key"
 """Request-context note: the key an UpdateItem names."""
+_READ_KEY = "meter.read_key"
+"""Request-context note: the partition (and sort) key a GetItem or base-table Query names."""
+_EQUALS = re.compile(r"(#?[A-Za-z0-9_]+)\s*=\s*(:[A-Za-z0-9_]+)")
 
 Item = dict[str, Any]
 
@@ -129,6 +133,7 @@ class Meter:
         elif name in ("GetItem", "Query", "Scan") and context is not None:
             strong = bool(params.get("ConsistentRead")) and "IndexName" not in params
             context[_FACTOR] = 1.0 if strong else 0.5
+            context[_READ_KEY] = self._read_key(params)
         elif name == "TransactWriteItems":
             for action in params["TransactItems"]:
                 self._transacted(action)
@@ -209,14 +214,15 @@ class Meter:
         if "Error" in parsed:
             return
         factor = float((context or {}).get(_FACTOR, 0.5))
+        hint = (context or {}).get(_READ_KEY, (None, None))
         if name == "GetItem":
             found = [parsed["Item"]] if "Item" in parsed else []
             self.items_read += len(found)
-            self.rru += _units(self._read_size(found[0]) if found else 0, READ_UNIT) * factor
+            self.rru += _units(self._read_size(found[0], hint) if found else 0, READ_UNIT) * factor
         elif name in ("Query", "Scan"):
             found = list(parsed.get("Items", []))
             self.items_read += len(found)
-            self.rru += _units(sum(self._read_size(i) for i in found), READ_UNIT) * factor
+            self.rru += _units(sum(self._read_size(i, hint) for i in found), READ_UNIT) * factor
         elif name == "TransactGetItems":
             found = [r["Item"] for r in parsed.get("Responses", []) if "Item" in r]
             self.items_read += len(found)
@@ -233,10 +239,33 @@ class Meter:
             self.items_read += len(found)
             self.rru += factor * (sum(_units(self._read_size(i), READ_UNIT) for i in found) + max(0, missed))
 
-    def _read_size(self, item: Item) -> int:
-        """What a read of ``item`` is billed on: the whole item, not only the projected attributes."""
-        pk, _sk = self.key
-        seen = self.sizes.get(self._where(item), 0) if pk in item else 0
+    def _read_key(self, params: dict[str, Any]) -> tuple[str | None, str | None]:
+        """The partition (and, for a GetItem, sort) key value a read names, for items it returns without."""
+        pk, sk = self.key
+        if "Key" in params:
+            key = params["Key"]
+            return (str(key[pk]["S"]) if pk in key else None, str(key[sk]["S"]) if sk in key else None)
+        if "IndexName" in params or "KeyConditionExpression" not in params:
+            return (None, None)
+        names = params.get("ExpressionAttributeNames", {})
+        values = params.get("ExpressionAttributeValues", {})
+        for name, placeholder in _EQUALS.findall(params["KeyConditionExpression"]):
+            if names.get(name, name) == pk and "S" in values.get(placeholder, {}):
+                return (str(values[placeholder]["S"]), None)
+        return (None, None)
+
+    def _read_size(self, item: Item, hint: tuple[str | None, str | None] = (None, None)) -> int:
+        """What a read of ``item`` is billed on: the whole item, not only the projected attributes.
+
+        A ProjectionExpression may leave the key out of what comes back; ``hint`` is the key the
+        request named (:meth:`_read_key`).
+        """
+        pk, sk = self.key
+        partition = str(item[pk]["S"]) if pk in item else hint[0]
+        sort = str(item[sk]["S"]) if sk in item else hint[1]
+        seen = (
+            self.sizes.get((partition, sort if sort is not None else ""), 0) if partition is not None else 0
+        )
         return max(seen, _size(item))
 
     def _updated(self, parsed: dict[str, Any], context: Any) -> None:

@@ -126,6 +126,25 @@ def test_reads_eventual_at_half_batch_get_per_item_and_a_miss_at_the_minimum(
     assert meter.rru == 1.5 and meter.requests == {"Scan": 1}
 
 
+def test_a_projected_read_is_billed_on_the_whole_item(dynamo: tuple[Any, Meter]) -> None:
+    """LangGraph's saver lists checkpoints with ``ProjectionExpression="SK"``: no key comes back."""
+    client, meter = dynamo
+    for sk in ("1", "2"):
+        client.put_item(TableName="t", Item=_item("a", sk, 5))
+    meter.clear()
+    client.query(
+        TableName="t",
+        KeyConditionExpression="#p = :p",
+        ExpressionAttributeNames={"#p": "PK"},
+        ExpressionAttributeValues={":p": {"S": "a"}},
+        ProjectionExpression="SK",
+    )
+    assert meter.rru == 1.5  # 10 KB of items read, not the few bytes of SK returned
+    meter.clear()
+    client.get_item(TableName="t", Key={"PK": {"S": "a"}, "SK": {"S": "1"}}, ProjectionExpression="body")
+    assert meter.rru == 1.0
+
+
 def test_batch_write_deletes_and_transactions_with_condition_checks(dynamo: tuple[Any, Meter]) -> None:
     client, meter = dynamo
     client.batch_write_item(
