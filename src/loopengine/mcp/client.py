@@ -18,12 +18,12 @@ How a call ends, by when it failed:
 
 Header values are read from the environment at each operation, sent only as request headers, and
 scrubbed from every text this module produces (errors and answers alike). The ``mcp`` SDK is
-imported on first use, so building a runtime does not load it.
+imported on first use, so building a runtime does not load it (nor ``asyncio``: a handler's cold
+import does not need it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -227,6 +227,8 @@ def _run(make: Callable[[], Awaitable[T]]) -> T:
 
     The SDK is imported first, so its import time (seconds on a cold start) counts against no deadline.
     """
+    import asyncio
+
     import mcp.client.streamable_http  # noqa: F401
 
     async def main() -> T:
