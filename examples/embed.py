@@ -1,15 +1,20 @@
 """Embedding loopengine in an application: docs/python.md, runnable offline.
 
-    python examples/embed.py
+    python examples/embed.py [AGENT MESSAGE]
 
 It builds the engine from settings (the offline scripted model, SQLite in a temporary directory), sends
 the bundled customer-service agent a message, follows the turn's events as they happen (the model's
 text piece by piece), lists the pending items and approves them, then plugs in a store of its own (a
 turn store that keeps a copy of every audit event it writes). tests/test_python_api.py runs it.
+
+Given an agent and a message it does the same with that agent (one ``LOOPENGINE_AGENTS_PATH`` finds),
+its settings then taken from the process environment (the agents path, the secrets its tools and MCP
+servers read) with the store and the model as above; docs/walkthrough.md runs it so.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -49,12 +54,12 @@ def show(events: Iterator[dict[str, Any]]) -> int:
     return cursor
 
 
-def follow_and_approve(engine: Engine) -> str:
+def follow_and_approve(engine: Engine, agent: str, message: str) -> str:
     """Send a message, follow its turn, approve what it asks for until it finishes; its turn id."""
-    out = engine.send_message(AGENT, "Order A-1001 arrived broken.", budget_seconds=0)
+    out = engine.send_message(agent, message, budget_seconds=0)
     print(f"sent: turn {out.turn_id} is {out.status.public()}")  # answered at once: a worker runs it
     cursor = show(engine.follow(out.turn_id, until_pause=True))
-    while items := engine.open_items(agent=AGENT):  # what GET /pending-approvals lists
+    while items := engine.open_items(agent=agent):  # what GET /pending-approvals lists
         item = items[0]
         print(f"pending: {item['tool']} {item['args']} ({item['reason']})")
         done = engine.resolve(item["pendingId"], "approve", REVIEWER, args_hash=item["argsHash"])
@@ -81,34 +86,37 @@ class CopyingTurns(SqliteTurnStore):
         self.copied.append(event)
 
 
-def plugged_in(path: Path, settings: dict[str, str]) -> None:
+def plugged_in(path: Path, settings: dict[str, str], agent: str) -> None:
     """An engine on a Stores bundle of one's own: here SQLite with a turn store that copies events."""
     db = SqliteDatabase(str(path))
     turns = CopyingTurns(db)
     stores = Stores(SqliteCheckpointStore(db), SqliteSessionStore(db), turns, SystemClock(), db.close)
     engine = build_engine(settings, stores=stores)
     try:
-        out = engine.send_message(AGENT, "Where is order A-1002?")  # allowed calls only: no pause
+        out = engine.send_message(agent, "Where is order A-1002?")  # allowed calls only: no pause
         kinds = ", ".join(dict.fromkeys(e["type"] for e in turns.copied))
         print(f"plugged store: turn {out.status.public()}; copied {len(turns.copied)} events: {kinds}")
     finally:
         stores.close()
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    agent, message = (argv[1], argv[2]) if len(argv) == 3 else (AGENT, "Order A-1001 arrived broken.")
     with tempfile.TemporaryDirectory() as tmp:
         settings = {"LOOPENGINE_DB": str(Path(tmp) / "loopengine.db"), "LOOPENGINE_MODEL": "scripted"}
+        if len(argv) == 3:  # another agent: where it is and what it reads come from the environment
+            settings = {**{k: v for k, v in os.environ.items() if k != "LOOPENGINE_TABLE"}, **settings}
         invoker = ThreadInvoker()  # resumes run on a background thread, as a server would
         engine = build_engine(settings, invoker=invoker)
         invoker.resume = engine.resume
         try:
-            follow_and_approve(engine)
+            follow_and_approve(engine, agent, message)
         finally:
             invoker.join()
             engine.rt.stores.close()
-        plugged_in(Path(tmp) / "plugged.db", settings)
+        plugged_in(Path(tmp) / "plugged.db", settings, agent)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))
