@@ -194,7 +194,7 @@ def test_common_cycle_meters_each_phase(steady: dict[str, Any]) -> None:
     assert list(cycle["phases"]) == list(scenario.PHASES)
     for name, phase in cycle["phases"].items():
         assert phase["requests"] == sum(phase["by_operation"].values()) > 0, name
-        assert phase["wru"] >= 1 and phase["rru"] > 0, name
+        assert phase["wru"] >= 1 and phase["rru"] >= 0, name  # every phase writes; a step may read nothing
     assert cycle["totals"]["requests"] == sum(p["requests"] for p in cycle["phases"].values())
     assert cycle["totals"]["wru"] == sum(p["wru"] for p in cycle["phases"].values())
     assert cycle["tool_runs"] == {"issue_refund": 1, "lookup_order": 1}
