@@ -16,8 +16,15 @@ with DynamoDB's published arithmetic (the Developer Guide's "read/write capacity
   each PutRequest and DeleteRequest as the single write. In TransactWriteItems every action (Put,
   Update, Delete, ConditionCheck) costs twice its single write; a ConditionCheck is priced on the item
   it checks; a transactional Update on the larger of the known item and its key plus new values.
-- **index writes**: a write that puts, moves or drops an item's ``index_key`` entry also writes the
-  index partition (a moved entry: one delete, one put), which is where a hot partition shows.
+- **index writes** (the Developer Guide's "Provisioned throughput considerations for global
+  secondary indexes"): a write that gives an item its ``index_key`` puts its index entry (one
+  write), one that changes an index key moves it (two: the old entry deleted, the new one put),
+  one that drops the key deletes it (one), one that changes only projected attributes updates it
+  (one), and one that changes neither writes nothing to the index. Each is sized on the entry,
+  not the item: the table's and the index's keys plus ``index_projection`` (None: projection ALL,
+  the whole item). An index write is billed once even inside a transaction: only the items of
+  the transaction are written twice (prepare and commit); the index is updated from the result
+  (as measured against DynamoDB by nubo-db/dynoxide#188). This is where a hot partition shows.
 
 Not seen, so not billed: items a Query/Scan FilterExpression or ``Select=COUNT`` read but did not
 return, and the size of items written before the meter was attached (their deletes cost the minimum).
@@ -60,6 +67,16 @@ def _size(item: Item) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """An item's entry in the index: where it is, what it projects (as JSON), and its size."""
+
+    partition: str
+    sort: str
+    projected: str
+    size: int
+
+
 def _units(size: int, unit: int) -> int:
     """Whole units for ``size`` bytes, at least one."""
     return max(1, math.ceil(size / unit))
@@ -70,18 +87,21 @@ class Meter:
     """Requests, items read and read/write units of one client, by operation and by partition.
 
     ``key`` names the table's partition and sort key attributes; ``index_key`` the one global secondary
-    index's (None: no index), whose partitions are reported as ``f"{index_name}:{value}"``.
+    index's (None: no index), whose partitions are reported as ``f"{index_name}:{value}"``;
+    ``index_projection`` the non-key attributes it projects (None: ALL). The defaults are
+    loopengine's table (``loopengine.stores.dynamodb_table``: ``INDEX``, ``INDEX_PROJECTED``).
     """
 
     key: tuple[str, str] = ("pk", "sk")
     index_key: tuple[str, str] | None = ("gsi1pk", "gsi1sk")
-    index_name: str = "gsi1"
+    index_name: str = "gsi2"
+    index_projection: tuple[str, ...] | None = ("agent",)
     requests: Counter[str] = field(default_factory=Counter)
     items_read: int = 0
     rru: float = 0.0
     wru: float = 0.0
     partition_wru: Counter[str] = field(default_factory=Counter)
-    indexed: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    indexed: dict[tuple[str, str], _Entry] = field(default_factory=dict)
     sizes: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def clear(self) -> None:
@@ -179,18 +199,14 @@ class Meter:
         self.wru += units
         self.partition_wru[where[0]] += units
         old = self.indexed.pop(where, None)
-        new = None
-        if self.index_key is not None and self.index_key[0] in item:
-            ipk, isk = self.index_key
-            new = (str(item[ipk]["S"]), str(item[isk]["S"]) if isk in item else "")
-            self.indexed[where] = new
-        if old is not None and old != new:
-            self.partition_wru[f"{self.index_name}:{old[0]}"] += factor  # the old entry goes
-            self.wru += factor
+        new = self._entry(item)
         if new is not None:
-            index_units = factor * _units(size, WRITE_UNIT)
-            self.partition_wru[f"{self.index_name}:{new[0]}"] += index_units
-            self.wru += index_units
+            self.indexed[where] = new
+        moved = old is not None and (new is None or (new.partition, new.sort) != (old.partition, old.sort))
+        if old is not None and moved:
+            self._index_write(old)  # the old entry goes
+        if new is not None and (old is None or moved or new.projected != old.projected):
+            self._index_write(new)
 
     def _drop(self, key: Item, factor: int) -> None:
         where = self._where(key)
@@ -199,8 +215,29 @@ class Meter:
         self.partition_wru[where[0]] += units
         old = self.indexed.pop(where, None)
         if old is not None:
-            self.partition_wru[f"{self.index_name}:{old[0]}"] += factor
-            self.wru += factor
+            self._index_write(old)
+
+    def _entry(self, item: Item) -> _Entry | None:
+        """``item``'s index entry, or None when it carries no index partition key."""
+        if self.index_key is None or self.index_key[0] not in item:
+            return None
+        ipk, isk = self.index_key
+        keys = {name for name in (*self.key, ipk, isk) if name in item}
+        wanted = set(item) - keys if self.index_projection is None else set(self.index_projection)
+        projected = {name: item[name] for name in sorted(wanted & set(item))}
+        held = {name: item[name] for name in keys} | projected
+        return _Entry(
+            str(item[ipk]["S"]),
+            str(item[isk]["S"]) if isk in item else "",
+            json.dumps(projected, sort_keys=True, default=str),
+            _size(held),
+        )
+
+    def _index_write(self, entry: _Entry) -> None:
+        """One write of ``entry`` to the index (a put or a delete), sized on the entry, never doubled."""
+        units = _units(entry.size, WRITE_UNIT)
+        self.partition_wru[f"{self.index_name}:{entry.partition}"] += units
+        self.wru += units
 
     # -- reads (and UpdateItem), priced from the answer -------------------------------------------------
 

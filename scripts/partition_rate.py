@@ -2,15 +2,16 @@
 
 A *cycle* is the common scenario (``bench.dynamodb_requests.run_flow``: message -> pause on
 ``issue_refund`` -> approve -> pause on ``send_email`` -> approve -> finish). The trace is each
-phase's write units by partition key (``Meter.report()["partition_wru"]``; index partitions are
-prefixed ``gsi1:``). Partitions named after a turn, session, checkpoint or pending item are new
-in every cycle, so their load does not add up across cycles; the shared ones (the index
-partitions ``DUE``, ``OUTBOX``, ``OPEN#<tenant>`` and the agent's ``CONFIG#<hash>``) take every
-cycle's writes. A shared partition whose key ends in ``#<n>`` is one of ``shards`` shards that
-share the load evenly (keys are hashed turn ids).
+phase's write units by partition key (``bench.meter.Meter.report()["partition_wru"]``; index
+partitions are prefixed with the index's name, ``gsi2:``). Partitions named after a turn,
+session, checkpoint or pending item are new in every cycle, so their load does not add up across
+cycles; the shared ones (the index partitions ``DUE#<n>``, ``OUTBOX#<n>``, ``OPEN#<tenant>#<n>``
+and the agent's ``CONFIG#<hash>``) take every cycle's writes. A shared partition whose key ends
+in ``#<n>`` is one of ``--shards`` shards (``LOOPENGINE_INDEX_SHARDS``, default 16) that share
+the load evenly (each record's shard is a hash of its id).
 
     .venv/bin/python scripts/partition_rate.py                 # meter a cycle under moto, 1000/s
-    .venv/bin/python scripts/partition_rate.py --rate 250 --trace trace.json --json
+    .venv/bin/python scripts/partition_rate.py --rate 250 --shards 4 --trace trace.json --json
 
 Compared with the on-demand limit of one partition: 1,000 write units a second.
 """
@@ -28,7 +29,10 @@ from typing import Any
 
 PARTITION_WRU = 1000
 """Write units a second one DynamoDB partition takes before it throttles."""
-_SHARED = re.compile(r"^(gsi1:.*|CONFIG#.*)$")
+SHARDS = 16
+"""``LOOPENGINE_INDEX_SHARDS``'s default."""
+_SHARED = re.compile(r"^(gsi\d+:.*|CONFIG#.*)$")
+_INDEX = re.compile(r"^gsi\d+:")
 _SHARD = re.compile(r"^(?P<family>.+)#(?P<n>\d+)$")
 
 
@@ -54,17 +58,18 @@ def per_cycle(trace: dict[str, Any]) -> Counter[str]:
 def load(trace: dict[str, Any], rate: float, shards: int = 1) -> list[Partition]:
     """Every partition's write rate at ``rate`` cycles a second, busiest first.
 
-    A shared partition gets ``rate`` times its units per cycle (divided over ``shards`` when its key
-    is a shard's); one of a cycle's own partitions gets its units once per cycle (one cycle a second
-    each, an upper bound for a cycle that takes longer).
+    A shared partition gets ``rate`` times its units per cycle; an index shard's (``<family>#<n>``)
+    are its family's, divided over ``shards`` (one cycle's records land on a few shards, many
+    cycles' on all of them alike). One of a cycle's own partitions gets its units once per cycle
+    (one cycle a second each, an upper bound for a cycle that takes longer).
     """
     families: Counter[str] = Counter()
     for key, units in per_cycle(trace).items():
         if not _SHARED.match(key):
             families[key] = units
             continue
-        sharded = _SHARD.match(key)
-        family = f"{sharded['family']}#<n>" if sharded and shards > 1 else key
+        sharded = _SHARD.match(key) if _INDEX.match(key) else None
+        family = f"{sharded['family']}#<n>" if sharded else key
         families[family] += units
     out = []
     for key, units in families.items():
@@ -88,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     """Print the busiest partitions; exit 1 when the busiest is past half a partition's limit."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=1000.0, help="cycles a second (default 1000)")
-    parser.add_argument("--shards", type=int, default=1, help="index shards (LOOPENGINE_INDEX_SHARDS)")
+    parser.add_argument(
+        "--shards", type=int, default=SHARDS, help=f"index shards (LOOPENGINE_INDEX_SHARDS, default {SHARDS})"
+    )
     parser.add_argument("--trace", type=Path, help="a metered trace (JSON); default: meter one now")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)

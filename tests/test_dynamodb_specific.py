@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopengine.app.ports import Stores
+from loopengine.app.ports import Append, Change, Stores
 from loopengine.domain import checkpoint as transitions
 from loopengine.domain.clock import FakeClock
 from loopengine.domain.decisions import DecidedBy
@@ -28,7 +28,7 @@ from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
-from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, sortable
+from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, shard_of, sortable
 from loopengine.stores.dynamodb_table import DynamoTable
 from tests.contract import T0, call, checkpoint, item, turn
 from tests.contract.conftest import FAKE_AWS, moto_dynamodb
@@ -177,7 +177,7 @@ def test_an_append_of_more_than_99_messages_is_still_one_transaction(dynamo: Dyn
 
     dynamo.stores.sessions.append(session, history, expected_len=0)
 
-    assert dynamo.requests == Counter(TransactWriteItems=1)
+    assert dynamo.requests == Counter(Query=1, TransactWriteItems=1)  # the length, then one write
     assert dynamo.stores.sessions.load(session) == history
 
 
@@ -199,6 +199,7 @@ def test_each_operation_costs_a_known_number_of_requests(dynamo: Dynamo) -> None
     cost("create checkpoint", lambda: stores.checkpoints.create(cp))
     cost("get checkpoint", lambda: stores.checkpoints.get(cp.id))
     cost("find_by_pending", lambda: stores.checkpoints.find_by_pending(first.pending_id))
+    cost("find_with_turn", lambda: stores.checkpoints.find_with_turn(first.pending_id))
     claim = transitions.approve(cp, first, first.args, WHO, T0, edited=False)
     cost("replace checkpoint", lambda: stores.checkpoints.replace(claim))
     cost("list_open", lambda: stores.checkpoints.list_open(cp.tenant, agent=cp.agent))
@@ -214,9 +215,10 @@ def test_each_operation_costs_a_known_number_of_requests(dynamo: Dynamo) -> None
         "create checkpoint": {"TransactWriteItems": 1},
         "get checkpoint": {"GetItem": 1},
         "find_by_pending": {"GetItem": 2},
+        "find_with_turn": {"GetItem": 1, "BatchGetItem": 1},  # the pointer names the turn too
         "replace checkpoint": {"PutItem": 1},
-        "list_open": {"Query": 1},
-        "append": {"TransactWriteItems": 1},
+        "list_open": {"Query": 16 + 1, "BatchGetItem": 1},  # every index shard and the key of old
+        "append": {"Query": 1, "TransactWriteItems": 1},  # the length (its last item), then the write
         "load": {"Query": 1},
         "create_turn": {"TransactWriteItems": 1},
         "replace_turn": {"PutItem": 1},
@@ -245,16 +247,48 @@ def test_a_lost_compare_and_set_needs_no_second_read(dynamo: Dynamo) -> None:
     assert dynamo.requests == Counter(PutItem=2)
 
 
-def test_a_lost_append_learns_the_length_from_the_failed_transaction(dynamo: Dynamo) -> None:
+def test_a_stale_append_is_refused_after_one_read_and_writes_nothing(dynamo: Dynamo) -> None:
     session = new_id("s_")
     dynamo.stores.sessions.append(session, [Message.user_text(f"{i}") for i in range(3)], 0)
     dynamo.requests.clear()
 
-    with pytest.raises(VersionConflict) as lost:
-        dynamo.stores.sessions.append(session, [Message.user_text("late")], expected_len=1)
+    for expected in (1, 5):  # behind the history, and ahead of it
+        with pytest.raises(VersionConflict) as lost:
+            dynamo.stores.sessions.append(session, [Message.user_text("late")], expected_len=expected)
+        assert lost.value.current == 3
 
-    assert lost.value.current == 3
+    assert dynamo.requests == Counter(Query=2)
+    assert len(dynamo.stores.sessions.load(session)) == 3
+
+
+def test_a_transition_whose_append_lost_learns_it_from_the_failed_transaction(dynamo: Dynamo) -> None:
+    """No head item: the message item at the expected length exists, and that is the conflict."""
+    session = new_id("s_")
+    dynamo.stores.sessions.append(session, [Message.user_text(f"{i}") for i in range(3)], 0)
+    record = dataclasses.replace(turn(), session_id=session)
+    dynamo.requests.clear()
+
+    with pytest.raises(VersionConflict) as lost:
+        late = Append(session, (Message.user_text("late"),), 1)
+        dynamo.stores.turns.commit(Change(record.turn_id, new_turn=record, append=late))
+
+    assert isinstance(lost.value.current, int) and lost.value.current > 1
     assert dynamo.requests == Counter(TransactWriteItems=1)
+    assert dynamo.stores.turns.get_turn(record.turn_id) is None  # nothing of it landed
+
+
+def test_a_grouped_append_still_guards_the_next_one(dynamo: Dynamo) -> None:
+    """Past 89 messages an append groups them into fewer items; the next append's guard still holds."""
+    session = new_id("s_")
+    dynamo.stores.sessions.append(session, [Message.user_text(f"m{i}") for i in range(250)], 0)
+    dynamo.stores.sessions.append(session, [Message.user_text("next")], 250)
+    with pytest.raises(VersionConflict):
+        dynamo.stores.sessions.append(session, [Message.user_text("stale")], 250)
+    stale = Append(session, (Message.user_text("stale"),), 250)
+    record = dataclasses.replace(turn(), session_id=session)
+    with pytest.raises(VersionConflict):
+        dynamo.stores.turns.commit(Change(record.turn_id, new_turn=record, append=stale))
+    assert [m.text for m in dynamo.stores.sessions.load(session)][-2:] == ["m249", "next"]
 
 
 # --- atomic pause ------------------------------------------------------------------------------
@@ -294,7 +328,7 @@ def test_only_open_checkpoints_carry_the_index_keys_and_only_closed_ones_a_ttl(d
     closed = dynamo.raw(f"CP#{cp.id}", "CP")
 
     assert opened is not None and closed is not None
-    assert opened["gsi1pk"] == {"S": f"OPEN#{cp.tenant}"}
+    assert opened["gsi1pk"] == {"S": f"OPEN#{cp.tenant}#{shard_of(cp.id, 16)}"}
     assert opened["gsi1sk"] == {"S": f"{sortable(T0 + 1)}#{cp.id}"}
     assert "ttl" not in opened
     assert "gsi1pk" not in closed and "gsi1sk" not in closed
@@ -338,9 +372,9 @@ def test_the_table_has_the_key_schema_the_template_declares(dynamo: Dynamo) -> N
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
     (index,) = table["GlobalSecondaryIndexes"]
-    assert index["IndexName"] == "gsi1"
+    assert index["IndexName"] == "gsi2"
     assert [k["AttributeName"] for k in index["KeySchema"]] == ["gsi1pk", "gsi1sk"]
-    assert index["Projection"] == {"ProjectionType": "ALL"}
+    assert index["Projection"] == {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["agent"]}
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
 
 

@@ -52,12 +52,14 @@ def timings(env: Mapping[str, str]) -> dict[str, float]:
 
 
 def open_stores(env: Mapping[str, str], clock: Clock) -> Stores:
-    """DynamoDB when ``LOOPENGINE_TABLE`` is set, else SQLite at ``LOOPENGINE_DB``."""
+    """DynamoDB when ``LOOPENGINE_TABLE`` is set (index shards: ``LOOPENGINE_INDEX_SHARDS``), else SQLite."""
     table = env.get("LOOPENGINE_TABLE")
     if table:
         from loopengine.stores.dynamodb import open_dynamodb_stores  # type: ignore[import-untyped,unused-ignore]
+        from loopengine.stores.dynamodb_table import DEFAULT_SHARDS
 
-        stores: Stores = open_dynamodb_stores(table, clock)
+        shards = _positive_int(env, "LOOPENGINE_INDEX_SHARDS", DEFAULT_SHARDS)
+        stores: Stores = open_dynamodb_stores(table, clock, index_shards=shards)
         return stores
     from loopengine.stores.sqlite import open_sqlite_stores
 

@@ -1,8 +1,10 @@
 """DynamoDB adapter for the three store ports: one table, conditional writes, transactions.
 
-The key schema (which record is which item, the sparse index ``gsi1``, TTL) is
+The key schema (which record is which item, the sparse index, TTL) is
 :mod:`loopengine.stores.dynamodb_items`; the table client (retries, write tokens, transactions)
-:mod:`loopengine.stores.dynamodb_table`.
+:mod:`loopengine.stores.dynamodb_table`. The checkpoint and session stores are
+:mod:`~loopengine.stores.dynamodb_checkpoints` and :mod:`~loopengine.stores.dynamodb_sessions`;
+this module has the turn store and builds the three.
 
 Guarantees, and how:
 
@@ -15,14 +17,13 @@ Guarantees, and how:
 - An append is one transaction: the head's ``length`` must equal ``expected_len`` and each new
   message item must be absent; the loser learns the current length from the head's ALL_OLD.
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
-  strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (``gsi1``) are eventually
+  strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (the index) are eventually
   consistent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -34,13 +35,16 @@ from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
-from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
-from loopengine.stores.dynamodb_codec import key, n, s, sortable
+from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
+from loopengine.stores.dynamodb_codec import key, n
+from loopengine.stores.dynamodb_index import read as read_index
 from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
+from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
+    DEFAULT_SHARDS,
     TRANSACTION_ITEMS,
     Condition,
     ConditionFailed,
@@ -54,68 +58,15 @@ from loopengine.stores.dynamodb_table import (
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-__all__ = ["DynamoStore", "count_requests", "create_table", "dynamodb_stores", "open_dynamodb_stores"]
-
-
-class DynamoCheckpointStore(DynamoStore):
-    """CheckpointStore on DynamoDB: a checkpoint item plus one pointer item per pendingId."""
-
-    def create(self, cp: TurnCheckpoint) -> None:
-        """Write the checkpoint and its pointers in one transaction; AlreadyExists if any is taken."""
-        actions = self._create_checkpoint_actions(cp)
-        try:
-            self.table.transact(actions)
-        except TransactionCancelled as exc:
-            raise AlreadyExists(f"checkpoint {cp.id} or one of its pendingIds exists") from exc
-
-    def get(self, checkpoint_id: str) -> TurnCheckpoint | None:
-        """Read by checkpoint id."""
-        return self._read(f"CP#{checkpoint_id}", "CP", TurnCheckpoint.from_dict)
-
-    def find_by_pending(self, pending_id: str) -> TurnCheckpoint | None:
-        """Follow a pendingId's pointer (closed checkpoints included): two consistent reads."""
-        pointer = self.table.get(f"PENDING#{pending_id}", "PENDING")
-        return self.get(pointer["checkpointId"]["S"]) if pointer else None
-
-    def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
-        """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""
-        stored = dataclasses.replace(cp, version=cp.version + 1)
-        self._compare_and_set(self._checkpoint_item(stored), cp.version, TurnCheckpoint.from_dict)
-        return stored
-
-    def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
-        """Open checkpoints of ``tenant``, oldest first: its own index partition (eventually consistent)."""
-        extra: dict[str, Any] = {}
-        if agent is not None:
-            extra = {"FilterExpression": "#agent = :agent", "names": {"#agent": "agent"}}
-            extra["values"] = {":agent": s(agent)}
-        found = [
-            TurnCheckpoint.from_dict(self.table.decode(i))
-            for i in self.table.query(f"OPEN#{tenant}", index=True, **extra)
-        ]
-        return [cp for cp in found if not cp.closed]
-
-
-class DynamoSessionStore(DynamoStore):
-    """SessionStore on DynamoDB: a head item holding the length, then the messages in order."""
-
-    def load(self, session_id: str) -> list[Message]:
-        """The whole history in order (a paginated, strongly consistent Query)."""
-        history: list[Message] = []
-        for item in self.table.query(f"SESSION#{session_id}", "MSG#"):
-            history.extend(Message.from_dict(m) for m in self.table.decode(item))
-        return history
-
-    def append(self, session_id: str, messages: list[Message], expected_len: int) -> None:
-        """Append iff the history has ``expected_len`` messages; VersionConflict(current=length).
-
-        One transaction: the head moves from ``expected_len`` to the new length and every new
-        message item must be absent, so two appenders can never both land.
-        """
-        try:
-            self.table.transact(self._append_actions(session_id, messages, expected_len))
-        except TransactionCancelled as lost:
-            raise append_conflict(lost, 0, session_id, expected_len) from None
+__all__ = [
+    "DynamoCheckpointStore",
+    "DynamoSessionStore",
+    "DynamoStore",
+    "count_requests",
+    "create_table",
+    "dynamodb_stores",
+    "open_dynamodb_stores",
+]
 
 
 @dataclass
@@ -125,7 +76,9 @@ class _Plan:
     actions: list[Action] = field(default_factory=list)
     parsers: list[Callable[[JsonDict], Any] | None] = field(default_factory=list)
     head: int = -1
-    """Where the session head's action is, when the commit appends messages."""
+    """Where the append's first message action is, when the commit appends messages."""
+    appended: int = 0
+    """How many message actions it has."""
 
     def add(self, actions: list[Action], parse: Callable[[JsonDict], Any] | None = None) -> None:
         """Append ``actions``, each read back on failure with ``parse`` (None: a create)."""
@@ -180,13 +133,17 @@ class DynamoTurnStore(DynamoStore):
         if change.append is not None:
             add = change.append
             plan.head = len(plan.actions)
-            plan.add(self._append_actions(add.session_id, add.messages, add.expected_len))
-        for event in change.events:
-            plan.add([self.table.put_action(self._event_item(change.turn_id, event), ABSENT)])
+            plan.add(appended := self._append_actions(add.session_id, add.messages, add.expected_len))
+            plan.appended = len(appended)
+        if change.events:  # one item for all of a transition's events
+            events = list(change.events) if len(change.events) > 1 else change.events[0]
+            plan.add([self.table.put_action(self._event_item(change.turn_id, events), ABSENT)])
         for record in change.outbox:
             plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
         if change.idempotency is not None:
             plan.add([self._key_action(change.idempotency)])
+        plan.add([self.table.put_action(self._call_item(c), ABSENT) for c in change.claims])
+        plan.add([{"Put": {"TableName": self.table.name, "Item": self._call_item(c)}} for c in change.calls])
         return plan, turn, cp
 
     def _key_action(self, record: IdempotencyRecord) -> Action:
@@ -225,10 +182,10 @@ class DynamoTurnStore(DynamoStore):
 
     def _lost(self, lost: TransactionCancelled, change: Change, plan: _Plan) -> NoReturn:
         """Raise what a cancelled commit means: the first failed condition decides."""
-        if plan.head >= 0 and change.append is not None and lost.failed(plan.head):
-            raise append_conflict(
-                lost, plan.head, change.append.session_id, change.append.expected_len
-            ) from None
+        if plan.head >= 0 and any(lost.failed(i) for i in range(plan.head, plan.head + plan.appended)):
+            add = change.append
+            assert add is not None
+            raise append_conflict(lost, plan.head, plan.appended, add.session_id, add.expected_len) from None
         for index, parse in enumerate(plan.parsers):
             if lost.failed(index) and parse is not None:
                 old = lost.old(index)
@@ -265,6 +222,19 @@ class DynamoTurnStore(DynamoStore):
         turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
+    def session_owner(self, session_id: str) -> tuple[str, str] | None:
+        """(tenant, agent) of the session's first turn: a Query of one index entry.
+
+        An entry written before entries named them costs a read of its turn too.
+        """
+        first = next(iter(self.table.query(f"SESSION#{session_id}", "TURN#", Limit=1)), None)
+        if first is None:
+            return None
+        if "tenant" in first and "agent" in first:
+            return first["tenant"]["S"], first["agent"]["S"]
+        turn = self.get_turn(first["turnId"]["S"])
+        return None if turn is None else (turn.tenant, turn.agent)
+
     def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's turns that have not finished, oldest first: whatever the session's age.
 
@@ -285,17 +255,15 @@ class DynamoTurnStore(DynamoStore):
 
         A turn moved on since the index was updated is left out after reading it back.
         """
-        items = self.table.query("DUE", index=True, below=f"{sortable(now)}#~", Limit=limit)
+        items = read_index(self.table, "DUE", below=now, limit=limit)
         found = (TurnRecord.from_dict(self.table.decode(i)) for i in items)
-        due = (t for t in found if t.due_at is not None and t.due_at <= now)
-        return list(itertools.islice(due, limit))
+        return [t for t in found if t.due_at is not None and t.due_at <= now]
 
     def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
         """Undelivered notifications due at or before ``now``, earliest first (eventually consistent)."""
-        items = self.table.query("OUTBOX", index=True, below=f"{sortable(now)}#~", Limit=limit)
+        items = read_index(self.table, "OUTBOX", below=now, limit=limit)
         found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
-        due = (r for r in found if r.due_at is not None and r.due_at <= now)
-        return list(itertools.islice(due, limit))
+        return [r for r in found if r.due_at is not None and r.due_at <= now]
 
     def put_outbox(self, record: OutboxRecord) -> None:
         """Store a notification's delivery state (one PutItem)."""
@@ -311,8 +279,12 @@ class DynamoTurnStore(DynamoStore):
         self.table.put(self._event_item(turn_id, event))
 
     def events(self, turn_id: str) -> list[JsonDict]:
-        """The turn's audit events in the order they were added."""
-        return [self.table.decode(i) for i in self.table.query(f"TURN#{turn_id}", "EVENT#")]
+        """The turn's audit events in the order they were added (a transition's list flattened)."""
+        found: list[JsonDict] = []
+        for item in self.table.query(f"TURN#{turn_id}", "EVENT#"):
+            body = self.table.decode(item)
+            found.extend(body if isinstance(body, list) else [body])
+        return found
 
     def start_call(self, call: CallRecord) -> bool:
         """Claim a call: True if this caller created its item, False if it was already there."""
@@ -390,10 +362,13 @@ def open_dynamodb_stores(
     *,
     ttl_days: int | None = 90,
     max_attempts: int = 5,
+    index_shards: int = DEFAULT_SHARDS,
 ) -> Stores:
     """The stores on the table ``table_name``; without ``client`` one is made on first use.
 
     ``max_attempts`` bounds botocore's ``standard`` retries of a made client (and the adapter's own
-    retries of transactions that lost to another transaction).
+    retries of transactions that lost to another transaction); ``index_shards``: see
+    :mod:`~loopengine.stores.dynamodb_index` (a count that may only grow).
     """
-    return dynamodb_stores(DynamoTable(table_name, client, max_attempts), clock, ttl_days)
+    table = DynamoTable(table_name, client, max_attempts, shards=index_shards)
+    return dynamodb_stores(table, clock, ttl_days)

@@ -43,6 +43,16 @@ def key(pk: str, sk: str) -> Item:
     return {"pk": s(pk), "sk": s(sk)}
 
 
+def shard_of(record_id: str, shards: int) -> int:
+    """The index shard (of ``shards``) of ``record_id``'s entry: a stable hash, the same in every process.
+
+    (Python's ``hash`` of a string is salted per process: the same record would move between
+    shards, an index write each time.)
+    """
+    digest = hashlib.blake2b(record_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
 def sortable(x: float) -> str:
     """16 hex digits whose string order is the numeric order of ``x`` (IEEE-754 bits, exact)."""
     (bits,) = struct.unpack(">Q", struct.pack(">d", x))

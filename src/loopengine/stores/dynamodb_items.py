@@ -1,33 +1,37 @@
 """How each record of the DynamoDB stores is laid out as items of the one table.
 
 Key schema (every key is a string; ``<t>`` is :func:`~loopengine.stores.dynamodb_codec.sortable`,
-16 hex digits whose string order is the numeric order of a timestamp):
+16 hex digits whose string order is the numeric order of a timestamp; ``<n>`` an index shard):
 
 ===============  =================  ============================  ===============================
 item             pk                 sk                            other attributes
 ===============  =================  ============================  ===============================
 checkpoint       ``CP#<id>``        ``CP``                        version, agent, tenant, body;
                                                                   while open: gsi1pk
-                                                                  ``OPEN#<tenant>``,
+                                                                  ``OPEN#<tenant>#<n>``,
                                                                   gsi1sk ``<t createdAt>#<id>``;
                                                                   once closed: ttl
 pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId
-session head     ``SESSION#<sid>``  ``HEAD``                      length (messages stored)
 messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the messages from seq on
                                                                   (one per item unless an append
-                                                                  brings more than 99)
-session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId (write-once index entry)
+                                                                  brings more than 89), created
+                                                                  absent: the append's guard (a
+                                                                  ``HEAD`` item older versions
+                                                                  kept is no longer read)
+session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId, tenant, agent (write-once)
 unfinished turn  ``SESSION#<sid>``  ``ACTIVE#<t createdAt>#<tid>`` turnId (created with the turn,
                                                                   deleted by the write that
                                                                   finishes it)
 turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
-                                                                  is due: gsi1pk ``DUE``, gsi1sk
-                                                                  ``<t dueAt>#<tid>``
-audit event      ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body, ttl (n: this process's
-                                                                  event counter, r: 24 random bits)
+                                                                  is due: gsi1pk ``DUE#<n>``,
+                                                                  gsi1sk ``<t dueAt>#<tid>``
+audit events     ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body (an event, or the list of
+                                                                  one transition's events), ttl
+                                                                  (n: this process's event
+                                                                  counter, r: 24 random bits)
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
 notification     ``TURN#<tid>``     ``OUTBOX#<key>``              body; while undelivered: gsi1pk
-                                                                  ``OUTBOX``, gsi1sk
+                                                                  ``OUTBOX#<n>``, gsi1sk
                                                                   ``<t dueAt>#<key>`` (one per
                                                                   target; key: ``<eventId>#<t>``)
 config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
@@ -35,13 +39,17 @@ blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, 
 ===============  =================  ============================  ===============================
 
 *body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
-:mod:`~loopengine.stores.dynamodb_codec`). ``gsi1`` (keys ``gsi1pk``/``gsi1sk``, projection ALL) is
-sparse: only open checkpoints, due turns and undelivered notifications carry its keys, so closing
-a checkpoint, a turn with nothing due or a delivered notification drops out of the index. A
-tenant's open checkpoints share the partition ``OPEN#<tenant>`` (ordered by creation time), so
-``list_open`` can only ever read one tenant's items; it narrows by agent with a FilterExpression.
-Due turns share the partition ``DUE`` and notifications ``OUTBOX``, ordered by due time;
-``due_turns`` / ``due_outbox`` read the keys below ``<t now>#~`` (no Scan).
+:mod:`~loopengine.stores.dynamodb_codec`). The index (keys ``gsi1pk``/``gsi1sk``, projecting only
+``agent``) is sparse: only open checkpoints, due turns and undelivered notifications carry its
+keys, so closing a checkpoint, a turn with nothing due or a delivered notification drops out of
+it. Each family is spread over index shards (``<n>``: a stable hash of the record's id) and read
+shard by shard, merged in time order: see :mod:`~loopengine.stores.dynamodb_index`. A tenant's open
+checkpoints are under their own keys ``OPEN#<tenant>#<n>``, so ``list_open`` only ever reads that
+tenant's entries; it narrows by agent with a FilterExpression on the projected ``agent``.
+
+A turn's ``dueAt`` is when the sweep should look at it, which a lease renewal leaves alone
+(:mod:`loopengine.domain.turn_state`): the entry moves only when the turn enters or leaves the
+due set or its due time changes otherwise, so a heartbeat is one turn write and no index write.
 
 TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
 records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
@@ -63,17 +71,20 @@ from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.stores import dynamodb_index as index
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_BUDGET,
     TRANSACTION_ITEMS,
-    Condition,
     ConditionFailed,
     DynamoTable,
     TransactionCancelled,
     version_is,
 )
+
+MAX_APPEND = TRANSACTION_ITEMS - 11
+"""Messages one append may store (each is an item of the append's transaction, beside the turn's)."""
 
 _EVENT_COUNTER = itertools.count(1)
 
@@ -116,7 +127,7 @@ class DynamoStore:
             raise VersionConflict(f"{what} is not at version {expected}", current=current) from None
 
     def _checkpoint_item(self, cp: TurnCheckpoint) -> Item:
-        listed = {"gsi1pk": s(f"OPEN#{cp.tenant}"), "gsi1sk": s(f"{sortable(cp.created_at)}#{cp.id}")}
+        listed = index.entry(f"OPEN#{cp.tenant}", cp.id, cp.created_at, self.table.shards)
         listed = {} if cp.closed else listed
         ttl = self._ttl() if cp.closed else {}
         attributes = {"version": n(cp.version), "agent": s(cp.agent), "tenant": s(cp.tenant)}
@@ -126,7 +137,7 @@ class DynamoStore:
         if len(cp.outstanding) >= TRANSACTION_ITEMS - 10:
             raise StoreError(f"a checkpoint holds at most {TRANSACTION_ITEMS - 11} pending items here")
         pointers = [
-            {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id)}
+            {**key(f"PENDING#{pending_id}", "PENDING"), "checkpointId": s(cp.id), "turnId": s(cp.turn_id)}
             for pending_id in cp.outstanding
         ]
         return [self.table.put_action(item, ABSENT) for item in (self._checkpoint_item(cp), *pointers)]
@@ -134,19 +145,18 @@ class DynamoStore:
     def _append_actions(
         self, session_id: str, messages: Sequence[Message], expected_len: int
     ) -> list[Action]:
-        """The head moves from ``expected_len`` to the new length; every new message item is absent."""
+        """New message items, each created absent: ``MSG#<expected_len>`` existing is the conflict.
+
+        Messages are never deleted and an append's items start at its ``expected_len``, so a history
+        read with ``expected_len`` messages has moved iff ``MSG#<expected_len>`` exists: no head item.
+        One message per item, unless an append brings more than :data:`MAX_APPEND` (then they are
+        grouped, still one transaction; a reader's length always falls between groups).
+        """
         pk = f"SESSION#{session_id}"
-        size = -(-len(messages) // (TRANSACTION_ITEMS - 11)) or 1  # messages per item: 1 unless > 89
+        size = -(-len(messages) // MAX_APPEND) or 1  # messages per item
         groups = [messages[i : i + size] for i in range(0, len(messages), size)]
         limit = min(INLINE_LIMIT, TRANSACTION_BUDGET // 2 // max(len(groups), 1))
-        head = {**key(pk, "HEAD"), "length": n(expected_len + len(messages))}
-        at_expected = Condition(
-            "#length = :expected" if expected_len else "attribute_not_exists(pk) OR #length = :expected",
-            {"#length": "length"},
-            {":expected": n(expected_len)},
-        )
-        actions = [self.table.put_action(head, at_expected)]
-        seq = expected_len
+        actions, seq = [], expected_len
         for group in groups:
             item = self._item(pk, f"MSG#{seq:010d}", [m.to_dict() for m in group], limit=limit)
             actions.append(self.table.put_action(item, ABSENT))
@@ -155,7 +165,8 @@ class DynamoStore:
 
     def _create_turn_actions(self, turn: TurnRecord) -> list[Action]:
         index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
-        items = [self._turn_item(turn), {**index, "turnId": s(turn.turn_id)}]
+        owner = {"tenant": s(turn.tenant), "agent": s(turn.agent)}  # the session's owner, for session_owner
+        items = [self._turn_item(turn), {**index, "turnId": s(turn.turn_id), **owner}]
         if turn.status is not TurnStatus.FINISHED:
             items.append({**active_key(turn), "turnId": s(turn.turn_id)})
         return [self.table.put_action(item, ABSENT) for item in items]
@@ -171,12 +182,13 @@ class DynamoStore:
     def _turn_item(self, turn: TurnRecord) -> Item:
         attributes = {"version": n(turn.version)}
         if turn.due_at is not None:  # a put replaces the whole item: otherwise unlisted
-            listed = f"{sortable(turn.due_at)}#{turn.turn_id}"
-            attributes |= {"gsi1pk": s("DUE"), "gsi1sk": s(listed)}
+            attributes |= index.entry("DUE", turn.turn_id, turn.due_at, self.table.shards)
         return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
 
-    def _event_item(self, turn_id: str, event: JsonDict) -> Item:
-        at = event.get("at")
+    def _event_item(self, turn_id: str, event: JsonDict | list[JsonDict]) -> Item:
+        """One event, or a transition's events as one item (a list, in order): one item per write."""
+        first = event[0] if isinstance(event, list) else event
+        at = first.get("at")
         stamp = float(at) if isinstance(at, int | float) else self.clock.now()
         sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
         return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
@@ -184,7 +196,7 @@ class DynamoStore:
     def _outbox_item(self, record: OutboxRecord) -> Item:
         listed: Item = {}
         if record.due_at is not None:
-            listed = {"gsi1pk": s("OUTBOX"), "gsi1sk": s(f"{sortable(record.due_at)}#{record.key}")}
+            listed = index.entry("OUTBOX", record.key, record.due_at, self.table.shards)
         ttl = self._ttl() if record.due_at is None else {}
         sk = f"OUTBOX#{record.key}"  # eventId#target: one item per target
         return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
@@ -198,12 +210,16 @@ def active_key(turn: TurnRecord) -> Item:
     return key(f"SESSION#{turn.session_id}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
 
 
-def append_conflict(lost: TransactionCancelled, head: int, session_id: str, expected_len: int) -> Exception:
-    """What a cancelled append means: the head's ALL_OLD gives the current length."""
-    if not lost.failed(head):
-        return StoreError(f"session {session_id}: messages exist past the head")
-    old = lost.old(head)
-    current = int(old["length"]["N"]) if old else 0
-    return VersionConflict(
-        f"session {session_id} has {current} messages, not {expected_len}", current=current
-    )
+def append_conflict(
+    lost: TransactionCancelled, first: int, count: int, session_id: str, expected_len: int
+) -> Exception:
+    """What a cancelled append means: a message item that had to be absent exists (the session moved).
+
+    ``first``/``count``: where the append's actions are. ``current`` is a length the history has at
+    least (the first taken slot plus one).
+    """
+    taken = [i for i in range(first, first + count) if lost.failed(i)]
+    if not taken:
+        return StoreError(f"session {session_id}: the append was refused")
+    current = expected_len + taken[0] - first + 1
+    return VersionConflict(f"session {session_id} has moved past {expected_len} messages", current=current)

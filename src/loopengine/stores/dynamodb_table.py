@@ -42,7 +42,16 @@ TRANSACTION_BUDGET = 3_500_000
 """Inline body bytes allowed across one transaction (DynamoDB caps its aggregate size at 4 MB)."""
 BATCH_WRITE_ITEMS = 25
 BATCH_GET_KEYS = 100
-INDEX = "gsi1"
+INDEX = "gsi2"
+"""The sparse index (keys ``gsi1pk`` / ``gsi1sk``): due turns, undelivered notifications, open checkpoints.
+
+It replaced ``gsi1`` (same keys, projection ALL): a projection cannot change in place, and with the
+same key attributes DynamoDB fills the new index from the items already there.
+"""
+INDEX_PROJECTED = ("agent",)
+"""What the index holds besides the keys (``list_open`` filters by it); readers fetch the rest."""
+DEFAULT_SHARDS = 16
+"""Index shards per family of entries (``LOOPENGINE_INDEX_SHARDS``); a count that may only grow."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +179,7 @@ def count_requests(client: DynamoDBClient) -> Counter[str]:
 
 
 def create_table(client: DynamoDBClient, name: str) -> None:
-    """Create the single table (keys, ``gsi1``, on-demand billing, TTL on ``ttl``) and wait for it."""
+    """Create the single table (keys, the index, on-demand billing, TTL on ``ttl``) and wait for it."""
     strings = ("pk", "sk", "gsi1pk", "gsi1sk")
 
     def schema(hash_key: str, range_key: str) -> list[Any]:
@@ -188,7 +197,7 @@ def create_table(client: DynamoDBClient, name: str) -> None:
                 {
                     "IndexName": INDEX,
                     "KeySchema": schema("gsi1pk", "gsi1sk"),
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(INDEX_PROJECTED)},
                 }
             ],
             BillingMode="PAY_PER_REQUEST",
@@ -200,11 +209,23 @@ def create_table(client: DynamoDBClient, name: str) -> None:
 
 
 class DynamoTable:
-    """The single table: lazy client, consistent reads, conditional writes, the blob codec."""
+    """The single table: lazy client, consistent reads, conditional writes, the blob codec.
 
-    def __init__(self, name: str, client: DynamoDBClient | None = None, max_attempts: int = 5) -> None:
+    ``shards``: how many index partitions each family of index entries is spread over.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        client: DynamoDBClient | None = None,
+        max_attempts: int = 5,
+        shards: int = DEFAULT_SHARDS,
+    ) -> None:
+        if shards < 1:
+            raise ValueError(f"index shards must be at least 1, not {shards}")
         self.name = name
         self.max_attempts = max_attempts
+        self.shards = shards
         self._client = client
         self._lock = threading.Lock()
 
@@ -286,10 +307,10 @@ class DynamoTable:
         below: str | None = None,
         **extra: Any,
     ) -> Iterator[Item]:
-        """Every item of a partition (or of ``gsi1``) whose sort key starts with ``prefix``, in order.
+        """Every item of a partition (or of the index) whose sort key starts with ``prefix``, in order.
 
         ``below`` instead selects the sort keys less than it. Base-table queries are strongly
-        consistent; ``gsi1`` can only be read eventually consistent. ``extra`` adds request
+        consistent; the index can only be read eventually consistent. ``extra`` adds request
         parameters (a FilterExpression and its placeholders, a page ``Limit``).
         """
         hash_key, range_key = ("gsi1pk", "gsi1sk") if index else ("pk", "sk")
