@@ -27,9 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loopengine.stores.dynamodb_table import DEFAULT_SHARDS
+
 PARTITION_WRU = 1000
 """Write units a second one DynamoDB partition takes before it throttles."""
-SHARDS = 16
+SHARDS = DEFAULT_SHARDS
 """``LOOPENGINE_INDEX_SHARDS``'s default."""
 _SHARED = re.compile(r"^(gsi\d+:.*|CONFIG#.*)$")
 _INDEX = re.compile(r"^gsi\d+:")
@@ -55,7 +57,7 @@ def per_cycle(trace: dict[str, Any]) -> Counter[str]:
     return total
 
 
-def load(trace: dict[str, Any], rate: float, shards: int = 1) -> list[Partition]:
+def load(trace: dict[str, Any], rate: float, shards: int = SHARDS) -> list[Partition]:
     """Every partition's write rate at ``rate`` cycles a second, busiest first.
 
     A shared partition gets ``rate`` times its units per cycle; an index shard's (``<family>#<n>``)
