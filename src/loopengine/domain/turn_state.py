@@ -22,10 +22,10 @@ duplicate delivery, a late click or a second stop request finds nothing to do.
 
 ``due_at`` is the turn's promise to the sweep: when nothing else moves it, the sweep looks at it
 then. The stores index it, so it moves only when the turn enters or leaves the due set or its due
-time changes for another reason than a lease renewal: RUNNING: at most the lease end. A claim keeps
-a due time still ahead within the new lease (a READY turn's grace); a heartbeat renews
+time really changes, never for a lease renewal. RUNNING: at or before the lease end. A claim keeps
+a due time still ahead within the new lease (a READY turn's grace), and a heartbeat renews
 ``lease_until`` alone, so the sweep may find a running turn due while its runner is alive: it then
-moves ``due_at`` to the lease end (:func:`look_later`, one write per lease at most) and does
+moves ``due_at`` to the lease end (:func:`look_later`: one write, once a lease at most) and does
 nothing else; only a dead runner lets the lease end pass. READY: a short grace after the hand-off
 (the resume invoke should claim it long before).
 RETRYING: the retry time. PAUSED: the first pending item's expiry, if any. QUEUED turns are due
