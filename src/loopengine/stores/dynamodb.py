@@ -14,8 +14,8 @@ Guarantees, and how:
   parts first, only for a huge record).
 - ``replace``/``replace_turn`` are PutItems conditioned on the stored ``version``; the loser gets
   :class:`~loopengine.domain.errors.VersionConflict` carrying the stored record from ALL_OLD, no second read.
-- An append is one transaction: the head's ``length`` must equal ``expected_len`` and each new
-  message item must be absent; the loser learns the current length from the head's ALL_OLD.
+- An append is one transaction of one item per new message, each created absent: an item at
+  ``expected_len`` already there means the history moved (``DynamoSessionStore.append``).
 - ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
   strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (the index) are eventually
   consistent.
