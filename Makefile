@@ -37,7 +37,8 @@ SAM_VENV  ?= .venv-sam
 SAM_CLI   ?= aws-sam-cli>=1.120,<2
 SAM_STAMP := $(SAM_VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench dev clean lock requirements openapi build check-build-python
+.PHONY: run test lint typecheck pytest bench dev clean lock requirements openapi build check-build-python \
+  compile-build
 
 # the installer: uv, from its hashed lock, with the machine's pip (`pip --target`: no pip in .venv needed)
 $(UV): $(UV_LOCK)
@@ -145,6 +146,18 @@ requirements: lock
 build: $(if $(findstring --use-container,$(SAM_BUILD_ARGS)),,check-build-python) $(STAMP) | $(SAM_STAMP)
 	$(BIN)/python scripts/gen_requirements.py --check
 	$(SAM_VENV)/bin/sam build $(SAM_BUILD_ARGS)
+	$(MAKE) --no-print-directory compile-build
+
+# Bytecode for what sam build made: it unpacks wheels and copies src/ as source, and Lambda cannot
+# write a cache into its read-only /var/task, so an uncompiled package compiles every module it
+# imports on every cold start without SnapStart (measured: docs/performance.md "Cold start").
+# Compiled by the runtime's Python; unchecked-hash: each .pyc is used as it is, whatever times the
+# deployment zip gives the sources. No python3.12 here (a container build): said, and skipped.
+SAM_BUILD_DIR ?= .aws-sam/build
+compile-build:
+	@if $(LAMBDA_PYTHON) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(LAMBDA_VERSION)")' 2>/dev/null; \
+	then $(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash $(SAM_BUILD_DIR); \
+	else echo "make build: no $(LAMBDA_PYTHON) here, so $(SAM_BUILD_DIR) ships without bytecode" >&2; fi
 
 check-build-python:
 	@$(LAMBDA_PYTHON) -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(LAMBDA_VERSION)")' 2>/dev/null || { \

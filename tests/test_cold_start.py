@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -247,6 +248,60 @@ def test_the_approval_path_never_imports_the_model_sdk(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] in (200, 202) and result["invoked"] == [out.turn_id], result
     assert result["loaded"] == [], result
+
+
+# -- what make build ships: sam build's output, compiled --------------------------------------------
+
+
+def python312() -> str | None:
+    """A Python 3.12 on this machine (Lambda's runtime), if there is one."""
+    found = [
+        shutil.which("python3.12"),
+        *map(str, sorted(Path("/root/.pyenv/versions").glob("3.12*/bin/python3.12"))),
+    ]
+    for candidate in filter(None, found):
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+        )
+        if done.returncode == 0 and done.stdout.strip() == "(3, 12)":
+            return candidate
+    return None
+
+
+def compile_build(tmp_path: Path, python: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``make compile-build`` on a stand-in of sam build's output, ``python`` as ``python3.12`` on PATH."""
+    bin_dir, module = tmp_path / "bin", tmp_path / "build" / "ApiFunction" / "loopengine" / "mod.py"
+    bin_dir.mkdir()
+    (bin_dir / "python3.12").symlink_to(python)
+    module.parent.mkdir(parents=True)
+    module.write_text("X = 1\n")
+    make = shutil.which("make") or "make"
+    env = {"PATH": os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])}
+    args = [make, "-s", "-C", str(ROOT), "compile-build", f"SAM_BUILD_DIR={tmp_path / 'build'}"]
+    return subprocess.run(args, capture_output=True, text=True, env=env, check=False), module
+
+
+def test_make_build_compiles_what_sam_built_with_the_runtimes_python(tmp_path: Path) -> None:
+    """sam build ships sources only; Lambda's /var/task is read-only: make build ships the bytecode."""
+    python = python312()
+    if python is None:
+        pytest.skip("no Python 3.12 on this machine")
+    make = shutil.which("make") or "make"
+    dry = subprocess.run([make, "-n", "-C", str(ROOT), "build"], capture_output=True, text=True, check=False)
+    assert "compileall" in dry.stdout and "--invalidation-mode unchecked-hash" in dry.stdout
+    done, module = compile_build(tmp_path, python)
+    assert done.returncode == 0, done.stderr
+    [pyc] = (module.parent / "__pycache__").iterdir()
+    assert pyc.name == "mod.cpython-312.pyc"
+    flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+    assert flags == 0b01  # hash-based and not checked: used as it is, whatever the zip's file times
+
+
+def test_make_build_says_so_when_it_cannot_compile_for_the_runtime(tmp_path: Path) -> None:
+    done, module = compile_build(tmp_path, sys.executable)  # this is not 3.12 (a container build's case)
+    assert sys.version_info[:2] != (3, 12)
+    assert done.returncode == 0 and "ships without bytecode" in done.stderr
+    assert not (module.parent / "__pycache__").exists()
 
 
 # -- what the template gives the functions (template.yaml; cfn-lint and SAM: tests/test_template.py) --
