@@ -56,7 +56,7 @@ EVIDENCE = [  # in the order the page must show them
     r"^## 6\. ",
     r'^\{"type": "tool_outcome", .*"tool": "charge", "outcome": "ok", "idempotencyKey": "le_[0-9a-f]{40}"\}$',
     r"^le_[0-9a-f]{40}$",  # the key computed from the ids
-    r'^\["I charged',  # the turn's stored text:delta pieces
+    r'^\["I[^"]*", "[^"]*"',  # the turn's stored text:delta pieces: two at least, from the reply's start
     r"^lookup A-1001\nrefund A-1001 1250 usd: ",
     r"^## 7\. ",
     r"^pending: charge \{'customer': 'b@example\.com', 'amount_cents': 3000, ",
