@@ -24,6 +24,7 @@ import pytest
 from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.channels.magic import token as magic
 from loopengine.channels.slack.interact import sign_slack
+from loopengine.domain.ids import session_key
 from loopengine.domain.messages import Message
 from loopengine.http import api, auth, root
 from loopengine.http import routes_lark as lark_route
@@ -202,7 +203,8 @@ ROUTES: dict[str, tuple[str, str, Body]] = {
     "turn": ("GET", "/turns/{turn}", None),
     "events": ("GET", "/turns/{turn}/events", None),
     "cancel": ("POST", "/turns/{turn}/cancel", None),
-    "session": ("GET", "/sessions/{session}", None),
+    "session": ("GET", "/sessions/{session}?tenant=acme", None),
+    "session_own": ("GET", "/sessions/{session}", None),  # no tenant named: the caller's own
     "health": ("GET", "/health", None),
     "openapi": ("GET", "/openapi.json", None),
     "slack": ("POST", "/integrations/slack/interactions", slack_click),
@@ -212,7 +214,9 @@ ROUTES: dict[str, tuple[str, str, Body]] = {
 #                 none operator tenant_a tenant_b approver magic_other
 EXPECTED = {
     "message_new": (401, 202, 202, 403, 202, 401),
-    "message_session": (401, 202, 403, 404, 202, 401),  # tenant_a may not supersede an approvers-only wait
+    # tenant_a may not supersede an approvers-only wait; session ids are scoped by tenant, so tenant_b's
+    # message with acme's sessionId starts tenant_b's own session of that id (nothing of acme's leaks)
+    "message_session": (401, 202, 403, 202, 202, 401),
     "resolve": (401, 403, 403, 404, 202, 401),  # the operator is no approver of a rule that names them
     "deny": (401, 403, 403, 404, 200, 401),
     "answer": (401, 400, 400, 404, 400, 401),  # an approval's pendingId: 400 names the right route
@@ -220,7 +224,8 @@ EXPECTED = {
     "turn": (401, 200, 200, 404, 200, 401),
     "events": (401, 200, 200, 404, 200, 401),
     "cancel": (401, 200, 403, 404, 200, 401),
-    "session": (401, 200, 200, 404, 200, 401),
+    "session": (401, 200, 200, 403, 200, 401),  # naming a tenant outside the caller's scope: 403
+    "session_own": (401, 404, 200, 404, 200, 401),  # the operator's own is the default tenant's
     "health": (200, 200, 200, 200, 200, 200),
     "openapi": (401, 200, 200, 200, 200, 401),
 }
@@ -336,7 +341,7 @@ def test_the_approver_token_decides_and_the_turn_finishes(world: dict[str, Any])
     )
     assert status == 202, reply
     assert world["calls"].count("refund") == 1
-    history = world["h"].rt.stores.sessions.load(world["session"])
+    history = world["h"].rt.stores.sessions.load(session_key("acme", world["session"]))
     assert isinstance(history[-1], Message) and history[-1].text == "done"
     [decided] = [e for e in world["h"].engine.audit(world["turn"]) if e["type"] == "decided"]
     assert (decided["decidedBy"], decided["channel"]) == (f"jwt:{ISSUER}/l-sub", "api")

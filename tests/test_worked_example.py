@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from loopengine.app import views
 from loopengine.app.loop import merged
 from loopengine.app.resolution import Decider
 from loopengine.domain.checkpoint import PendingItem
@@ -293,3 +294,61 @@ def test_the_user_can_write_again_after_a_denial(calls: Calls) -> None:
         # the model sees the two user messages joined into one (results first, then the text)
         assert model.requests[-1].messages == merged(msgs[:4])
         assert len(model.requests[-1].messages) == 3
+
+
+def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_worker(
+    calls: Calls, model: ScriptedModel
+) -> None:
+    """The deny request runs nothing: the approved call runs in the worker, within its budget.
+
+    Issue 14: the request used to run the approved call itself, with no time budget, so a slow tool
+    held it past the API's. It answers ``resuming`` (202) as an approval that closes a batch does;
+    the worker runs the approved call once and the turn then finishes ``denied``.
+    """
+    cfg = agent(
+        "shop",
+        [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
+        {
+            "rules": [
+                {"tool": "lookup_order", "decision": "allow"},
+                {"tool": "send_email", "decision": "allow"},
+            ]
+        },
+    )
+    with scenario(cfg, model=model, inline=False) as h:
+        turn_id, _sid, pending = start(h)
+        h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
+        res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
+
+        assert (res.denied, res.resuming, res.outstanding) == (True, True, 0)
+        assert views.resolution(res) == (
+            202,
+            {"resolved": True, "outstanding": 0, "status": "resuming", "turnId": turn_id},
+        )
+        assert calls.count("issue_refund") == 0  # not in the request
+        assert h.invoker.invoked == [turn_id]
+        h.engine.resume(turn_id)  # the worker
+
+        assert calls.count("issue_refund") == 1 and calls.count("cancel_order") == 0
+        assert turn(h, turn_id).stop_reason is StopReason.DENIED
+
+
+def test_a_denial_with_nothing_approved_still_finishes_in_the_request(
+    calls: Calls, model: ScriptedModel
+) -> None:
+    cfg = agent(
+        "shop",
+        [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
+        {
+            "rules": [
+                {"tool": "lookup_order", "decision": "allow"},
+                {"tool": "send_email", "decision": "allow"},
+            ]
+        },
+    )
+    with scenario(cfg, model=model, inline=False) as h:
+        turn_id, _sid, pending = start(h)
+        h.engine.resolve(pending["t3"].pending_id, "deny", BOB)
+
+        assert h.invoker.invoked == []
+        assert turn(h, turn_id).stop_reason is StopReason.DENIED

@@ -50,6 +50,13 @@ def test_each_phase_stays_within_its_request_budget(fresh: dict[str, Any], phase
     assert got["requests"] <= requests and got["items_read"] <= items, got
 
 
+def test_the_customer_service_walkthrough_stays_within_24_requests(fresh: dict[str, Any]) -> None:
+    """Issue 13: the whole walkthrough (message, two approvals, each resume) in at most 24 requests."""
+    assert sum(fresh[phase]["requests"] for phase in BUDGETS) <= 24, {
+        p: fresh[p]["requests"] for p in BUDGETS
+    }
+
+
 def test_no_phase_writes_a_config_snapshot_twice(fresh: dict[str, Any]) -> None:
     """The snapshot stored by the first turn is not put again (a conditional put that always fails)."""
     assert any(k.startswith("CONFIG#") for k in fresh["message -> pause"]["partition_wru"])

@@ -183,7 +183,8 @@ def test_racing_first_messages_of_one_session_start_one_turn(stores: Stores) -> 
         first = turns[worker]
         message = Message.user_text(f"{worker}")
         try:
-            stores.turns.commit(Change(first.turn_id, new_turn=first, append=Append(session, (message,), 0)))
+            add = Append(first.session_key, (message,), 0)
+            stores.turns.commit(Change(first.turn_id, new_turn=first, append=add))
         except VersionConflict as lost:
             assert lost.current == 1
             return False
@@ -193,8 +194,8 @@ def test_racing_first_messages_of_one_session_start_one_turn(stores: Stores) -> 
 
     assert sorted(results) == [False] * (THREADS - 1) + [True]
     winner = results.index(True)
-    assert [m.text for m in stores.sessions.load(session)] == [f"{winner}"]
-    assert stores.turns.session_turns(session) == [turns[winner]]
+    assert [m.text for m in stores.sessions.load(turns[0].session_key)] == [f"{winner}"]
+    assert stores.turns.session_turns(turns[0].session_key) == [turns[winner]]
     assert [stores.turns.get_turn(t.turn_id) for t in turns].count(None) == THREADS - 1
 
 

@@ -86,7 +86,7 @@ def test_session_turns_are_oldest_first_and_per_session(stores: Stores) -> None:
     for record in (later, elsewhere, earlier):
         stores.turns.create_turn(record)
 
-    assert stores.turns.session_turns(session) == [earlier, later]
+    assert stores.turns.session_turns(later.session_key) == [earlier, later]  # listed by the session's key
     assert stores.turns.session_turns(new_id("s_")) == []
 
 

@@ -19,7 +19,7 @@ def test_unfinished_turns_are_oldest_first_and_per_session(stores: Stores) -> No
     for record in (later, elsewhere, earlier, done):
         stores.turns.create_turn(record)
 
-    assert stores.turns.unfinished_session_turns(session) == [earlier, later]
+    assert stores.turns.unfinished_session_turns(later.session_key) == [earlier, later]
     assert stores.turns.unfinished_session_turns(new_id("s_")) == []
 
 
@@ -32,10 +32,10 @@ def test_a_committed_finish_leaves_the_unfinished_turns(stores: Stores) -> None:
 
     stores.turns.commit(Change(running.turn_id, turn=finished))
 
-    assert stores.turns.unfinished_session_turns(session) == [queued]
+    assert stores.turns.unfinished_session_turns(queued.session_key) == [queued]
     started = dataclasses.replace(queued, status=TurnStatus.RUNNING)
     stored = stores.turns.commit(Change(queued.turn_id, turn=started)).turn
-    assert stores.turns.unfinished_session_turns(session) == [stored]
+    assert stores.turns.unfinished_session_turns(queued.session_key) == [stored]
 
 
 def test_a_replaced_finish_leaves_the_unfinished_turns(stores: Stores) -> None:
@@ -43,5 +43,5 @@ def test_a_replaced_finish_leaves_the_unfinished_turns(stores: Stores) -> None:
     stores.turns.create_turn(record)
     stores.turns.replace_turn(dataclasses.replace(record, status=TurnStatus.FINISHED))
 
-    assert stores.turns.unfinished_session_turns(record.session_id) == []
-    assert [t.turn_id for t in stores.turns.session_turns(record.session_id)] == [record.turn_id]
+    assert stores.turns.unfinished_session_turns(record.session_key) == []
+    assert [t.turn_id for t in stores.turns.session_turns(record.session_key)] == [record.turn_id]

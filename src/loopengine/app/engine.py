@@ -39,7 +39,7 @@ from loopengine.domain.errors import (
     NotFound,
 )
 from loopengine.domain.idempotency import claim
-from loopengine.domain.ids import new_id
+from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
@@ -101,15 +101,16 @@ class Engine:
         config = self.rt.agents.get(agent)
         sid = session_id or new_id("ses_")
         store = self.rt.stores.turns
-        owner = store.session_owner(session_id) if session_id else None  # flat: one entry, not every turn
         named = tenant
-        tenant = sessions.tenant_for(who, tenant, sid, owner)
+        tenant = sessions.tenant_for(who, tenant)
+        where = session_key(tenant, sid)  # the session within its tenant
+        owner = store.session_owner(where) if session_id else None  # flat: one entry, not every turn
         sent = {"message": message, "sessionId": session_id, "tenant": named, "live": live}
         key = None if idempotency_key is None else claim(idempotency_key, tenant, f"agent:{agent}", sent)
         replayed = replay(self.rt, key)
         if replayed is not None:
             return replayed
-        unfinished = store.unfinished_session_turns(sid) if owner is not None else []
+        unfinished = store.unfinished_session_turns(where) if owner is not None else []
         active = sessions.active_turns(sid, config, tenant, owner, unfinished)
         start = starts.Start(config, sid, tenant, trigger, message, live, key, fresh=not session_id)
         if active and config.on_new_message == "queue":
@@ -274,12 +275,15 @@ class Engine:
         """Open pending items (the poll surface) of the tenants ``who`` sees: see :func:`items.open_items`."""
         return items.open_items(self.rt, agent, tenant, who)
 
-    def history(self, session_id: str, who: Decider | None = None) -> list[Message]:
-        """A session's durable history (NotFound for an unknown session, or another tenant's)."""
-        turns = self.rt.stores.turns.session_turns(session_id)
-        if who is not None and not all(who.sees(t.tenant) for t in turns):
-            raise NotFound(f"no session {session_id!r}")
-        messages = self.rt.stores.sessions.load(session_id)
+    def history(
+        self, session_id: str, who: Decider | None = None, tenant: str | None = None
+    ) -> list[Message]:
+        """A session's durable history within ``tenant`` (default: the caller's, as a message's).
+
+        NotFound for an unknown session; another tenant's session of the same id is another session.
+        """
+        scope = sessions.tenant_for(who or Decider("system", "read", kind=OPERATOR), tenant)
+        messages = self.rt.stores.sessions.load(session_key(scope, session_id))
         if not messages:
             raise NotFound(f"no session {session_id!r}")
         return messages

@@ -107,9 +107,9 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
     """Start a queued message's turn once every earlier turn of its session has finished."""
     if not session_free(rt, turn) or turn.queued_message is None:
         return None
-    history = rt.stores.sessions.load(turn.session_id)
+    history = rt.stores.sessions.load(turn.session_key)
     now = rt.stores.clock.now()
-    add = Append(turn.session_id, (Message.user_text(turn.queued_message),), len(history))
+    add = Append(turn.session_key, (Message.user_text(turn.queued_message),), len(history))
     notes = _run_start(rt, turn, turn.trigger)
     event = rt.stamp("started", trigger="queued", configHash=turn.config_hash)
 
@@ -137,7 +137,7 @@ def _run_start(rt: Runtime, turn: TurnRecord, trigger: str) -> tuple[OutboxRecor
 
 def session_free(rt: Runtime, turn: TurnRecord) -> bool:
     """Every turn of ``turn``'s session that came before it has finished."""
-    ordered = rt.stores.turns.unfinished_session_turns(turn.session_id)  # oldest first, as the store ties
+    ordered = rt.stores.turns.unfinished_session_turns(turn.session_key)  # oldest first, as the store ties
     ids = [t.turn_id for t in ordered]
     earlier = ordered[: ids.index(turn.turn_id)] if turn.turn_id in ids else ordered
     return not earlier

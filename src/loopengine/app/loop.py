@@ -69,7 +69,7 @@ def advance(
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
-            history = rt.stores.sessions.load(turn.session_id)
+            history = rt.stores.sessions.load(turn.session_key)
         try:
             step = _step(worker, config, turn, history)
         except VersionConflict:  # the session moved under us: another runner has the turn
@@ -134,7 +134,7 @@ def _answered(
         text=message.text,
     )
     if not message.tool_uses:
-        add = Append(turn.session_id, (message,), len(history))
+        add = Append(turn.session_key, (message,), len(history))
         done = Carry(message=message, events=(event,))
         return finish(worker, config, turn, StopReason.END_TURN, message.text, add, done)
     return _batch(worker, config, turn, history, Carry(message=message, events=(event,)))
@@ -224,7 +224,7 @@ def _claim(
 ) -> TurnRecord | None:
     """Store the model's message, its verdicts and the claim of the first call to run: one write."""
     assert carry.message is not None
-    add = Append(turn.session_id, (carry.message,), len(history))
+    add = Append(turn.session_key, (carry.message,), len(history))
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         held = carry.onto(t, worker.runner, worker.lease_until())

@@ -52,7 +52,7 @@ def park(
         r for p in pending for r in delivery.announce(rt, config, turn, pending_notification(rt, turn, p))
     )
     notes = delivery.hold(notes, live_until)  # a live message: sent when the window closes
-    add = None if carry.message is None else Append(turn.session_id, (carry.message,), len(history))
+    add = None if carry.message is None else Append(turn.session_key, (carry.message,), len(history))
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         answered = carry.onto(t, worker.runner, worker.lease_until())
@@ -114,7 +114,7 @@ def answer(
     ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
     reply = Message("user", tuple(ordered))
     messages = (reply,) if carry.message is None else (carry.message, reply)
-    return Append(turn.session_id, messages, len(history))
+    return Append(turn.session_key, messages, len(history))
 
 
 def append_results(

@@ -10,7 +10,7 @@ itself and answers ``denied`` at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import faults
@@ -44,6 +44,9 @@ class Resolution:
     denied: bool = False
     checkpoint_id: str | None = None
     expired: bool = False
+    resuming: bool = False
+    """A denial closed a batch that holds calls people approved: the worker runs them (within its
+    time budget, never this request), then the turn finishes ``denied``."""
 
 
 ALREADY = Resolution(already_resolved=True)
@@ -162,7 +165,11 @@ def resolve_approval(
         denied = _decide(rt, turn, cp, pending_id, lambda c, i: cps.deny(c, i, comment, by, now), event)
         if denied is None:
             return ALREADY
-        resume_turn(rt, turn.turn_id)  # a denial runs nothing: close the batch and finish, now
+        after, moved = denied
+        if after.approved:  # approved calls still run: hand them to the worker, as an approval would
+            hand_on(rt, moved)
+            return replace(_report(rt, after, moved), resuming=True)
+        resume_turn(rt, turn.turn_id)  # a denial runs nothing here: close the batch and finish, now
         return _report(rt, *denied)
     args, edited = item.args, False
     if edited_args is not None:

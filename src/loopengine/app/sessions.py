@@ -8,21 +8,18 @@ from loopengine.domain.principals import Principal
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-def tenant_for(who: Principal, named: str | None, sid: str, owner: tuple[str, str] | None) -> str:
-    """The tenant a message goes to.
+def tenant_for(who: Principal, named: str | None) -> str:
+    """The tenant a message goes to: the one named (403 outside the caller's scope), else the caller's own.
 
-    The one named (403 outside the caller's scope), else the session's (an existing session keeps
-    its tenant; another tenant's session does not exist for the caller), else the caller's own.
-    ``owner``: the session's (tenant, agent), None for a new session.
+    Session ids are scoped by tenant (:func:`~loopengine.domain.ids.session_key`): a sessionId names a
+    session within this tenant, so another tenant's session of the same id is never reached, and
+    whether one exists cannot be told. A caller of several tenants names one; an unscoped caller (the
+    operator) without a tenant acts in the default tenant ``""``.
     """
     if named:
         if not who.sees(named):
             raise Forbidden(f"{who.id} may not act in tenant {named!r}")
         return named
-    if owner is not None:
-        if not who.sees(owner[0]):
-            raise NotFound(f"no session {sid!r}")
-        return owner[0]
     if who.tenants is None or "" in who.tenants:
         return ""
     if len(who.tenants) == 1:
@@ -33,10 +30,10 @@ def tenant_for(who: Principal, named: str | None, sid: str, owner: tuple[str, st
 def active_turns(
     sid: str, config: AgentConfig, tenant: str, owner: tuple[str, str] | None, unfinished: list[TurnRecord]
 ) -> list[TurnRecord]:
-    """The session's unfinished turns (404 for another tenant's session, 409 for another agent's)."""
+    """The session's unfinished turns (409 for another agent's session)."""
     if owner is not None:
         owner_tenant, owner_agent = owner
-        if owner_tenant != tenant:  # another tenant's session does not exist for this caller
+        if owner_tenant != tenant:  # (cannot happen: the session's key holds its tenant)
             raise NotFound(f"no session {sid!r}")
         if owner_agent != config.name:
             raise Conflict(f"session {sid} belongs to agent {owner_agent!r}")

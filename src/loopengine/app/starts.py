@@ -22,7 +22,7 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.errors import AlreadyExists, Conflict, VersionConflict
 from loopengine.domain.idempotency import Claim
-from loopengine.domain.ids import new_id
+from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
@@ -63,6 +63,7 @@ def new_turn(rt: Runtime, start: Start, start_seq: int, runner: str | None) -> T
         status=TurnStatus.RUNNING if runner else TurnStatus.QUEUED,
         code_version=rt.code_version,
         live=start.live,
+        scoped_session=True,
     )
 
 
@@ -85,12 +86,14 @@ def run(
     rt: Runtime, start: Start, budget_seconds: float | None, remaining_seconds: float | None
 ) -> TurnOutcome:
     """Create the turn and append its message in one write, then run it (this request is its worker)."""
-    history = [] if start.fresh else rt.stores.sessions.load(start.session_id)
+    history = [] if start.fresh else rt.stores.sessions.load(session_key(start.tenant, start.session_id))
     runner = new_id("run_")
     turn = new_turn(rt, start, len(history), runner)
     notes = delivery.announce(rt, start.config, turn, notifications.run_start(turn, start.trigger))
     event = rt.stamp("started", trigger=start.trigger, configHash=turn.config_hash)
-    add = Append(start.session_id, (Message.user_text(start.message),), len(history))
+    add = Append(
+        session_key(start.tenant, start.session_id), (Message.user_text(start.message),), len(history)
+    )
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
     create = Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held)
     try:

@@ -43,7 +43,7 @@ def resolution(res: Resolution) -> tuple[int, JsonDict]:
         return 200, {"alreadyResolved": True, "expired": True} if res.expired else {"alreadyResolved": True}
     if res.outstanding:
         return 200, {"resolved": True, "outstanding": res.outstanding}
-    if res.denied:
+    if res.denied and not res.resuming:
         body = {"resolved": True, "outstanding": 0, "status": "finished", "stopReason": "denied"}
         return 200, {**body, "turnId": res.turn_id}
     return 202, {"resolved": True, "outstanding": 0, "status": "resuming", "turnId": res.turn_id}

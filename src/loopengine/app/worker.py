@@ -185,13 +185,13 @@ def finish(
     carry.landed()
     delivery.deliver(rt, notes)
     if done.turn.queued_behind:  # (else no message waits: the session needs no read)
-        start_next_queued(rt, turn.session_id)
+        start_next_queued(rt, turn.session_key)
     return outcome_of(done.turn)
 
 
-def start_next_queued(rt: Runtime, session_id: str) -> None:
+def start_next_queued(rt: Runtime, session_key: str) -> None:
     """The session is free: the next queued message starts its turn (the sweep retries if lost)."""
-    unfinished = rt.stores.turns.unfinished_session_turns(session_id)
+    unfinished = rt.stores.turns.unfinished_session_turns(session_key)
     waiting = [t for t in unfinished if t.status is TurnStatus.QUEUED]
     if waiting:
         hand_on(rt, waiting[0])

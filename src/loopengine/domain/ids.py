@@ -45,6 +45,15 @@ def is_session_id(value: object) -> bool:
     return isinstance(value, str) and _CLIENT_ID.fullmatch(value) is not None
 
 
+def session_key(tenant: str, session_id: str) -> str:
+    """Where a session is stored: its id within its tenant (two tenants' "s1" are two sessions).
+
+    The default tenant's sessions keep their bare id; another tenant's are ``<tenant>/<id>`` (``/``
+    appears in neither a tenant nor a sessionId, see :func:`is_session_id`).
+    """
+    return f"{tenant}/{session_id}" if tenant else session_id
+
+
 def is_tenant(value: object) -> bool:
     """Whether ``value`` is an acceptable tenant: empty (no tenant) or of the sessionId form."""
     return value == "" or is_session_id(value)

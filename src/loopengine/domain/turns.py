@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from loopengine.domain.ids import session_key
 from loopengine.domain.jsontypes import JsonDict
 
 
@@ -84,7 +85,17 @@ class TurnRecord:
     model_failures: int = 0
     live: bool = False
     queued_behind: bool = False
+    scoped_session: bool = False
     version: int = 0
+
+    @property
+    def session_key(self) -> str:
+        """Where the turn's session is stored (:func:`~loopengine.domain.ids.session_key`).
+
+        A turn stored before session ids were scoped by tenant (``scoped_session`` false) keeps its
+        session's bare id, so a turn parked across that upgrade resumes on its own history.
+        """
+        return session_key(self.tenant, self.session_id) if self.scoped_session else self.session_id
 
     def to_dict(self) -> JsonDict:
         """Stored (camelCase) form."""
@@ -109,6 +120,7 @@ class TurnRecord:
             "stickyTools": list(self.sticky_tools),
             "queuedMessage": self.queued_message,
             "queuedBehind": self.queued_behind,
+            "scopedSession": self.scoped_session,
             "runner": self.runner,
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
@@ -144,6 +156,7 @@ class TurnRecord:
             model_failures=int(d.get("modelFailures", 0)),
             live=bool(d.get("live", False)),
             queued_behind=bool(d.get("queuedBehind", False)),
+            scoped_session=bool(d.get("scopedSession", False)),
             version=int(d.get("version", 0)),
         )
 

@@ -78,6 +78,7 @@ def list_pending(
 
 
 def _reply(res: Resolution, wait: float | None) -> Response[m.ResolveOutcome]:
-    if wait and not res.already_resolved and res.outstanding == 0 and not res.denied and res.turn_id:
+    resumes = not res.denied or res.resuming
+    if wait and not res.already_resolved and res.outstanding == 0 and resumes and res.turn_id:
         return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait, auth.current(router))))
     return web.reply(*views.resolution(res))

@@ -111,9 +111,18 @@ def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Resp
 
 @router.get(
     "/sessions/<sessionId>",
-    summary="A session's durable history",
-    responses=answers({200: m.SessionView}, 404),
+    summary="A session's durable history (session ids are scoped by tenant)",
+    responses=answers({200: m.SessionView}, 400, 403, 404),
 )
-def get_session(session_id: SessionId) -> Response[m.SessionView]:
-    history = root.engine().history(session_id, auth.current(router))
+def get_session(
+    session_id: SessionId,
+    tenant: Annotated[
+        str | None,
+        Query(
+            pattern=m.TENANT_PATTERN,
+            description="the session's tenant (default: the caller's, as for a message)",
+        ),
+    ] = None,
+) -> Response[m.SessionView]:
+    history = root.engine().history(session_id, auth.current(router), tenant)
     return web.reply(200, views.session_view(session_id, history))

@@ -164,7 +164,7 @@ class DynamoStore:
         return actions
 
     def _create_turn_actions(self, turn: TurnRecord) -> list[Action]:
-        index = key(f"SESSION#{turn.session_id}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
+        index = key(f"SESSION#{turn.session_key}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
         owner = {"tenant": s(turn.tenant), "agent": s(turn.agent)}  # the session's owner, for session_owner
         items = [self._turn_item(turn), {**index, "turnId": s(turn.turn_id), **owner}]
         if turn.status is not TurnStatus.FINISHED:
@@ -173,7 +173,7 @@ class DynamoStore:
 
     def _drop_active(self, turn: TurnRecord) -> None:
         """Drop a finished turn's ``ACTIVE#`` entry on its own (one DeleteItem)."""
-        self.table.delete(f"SESSION#{turn.session_id}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
+        self.table.delete(f"SESSION#{turn.session_key}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
 
     def _unlist_action(self, turn: TurnRecord) -> Action:
         """Drop a finishing turn's ``ACTIVE#`` entry (no condition: gone already is fine)."""
@@ -207,7 +207,7 @@ class DynamoStore:
 
 def active_key(turn: TurnRecord) -> Item:
     """The key of a turn's entry among its session's unfinished turns (same order as ``TURN#``)."""
-    return key(f"SESSION#{turn.session_id}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
+    return key(f"SESSION#{turn.session_key}", f"ACTIVE#{sortable(turn.created_at)}#{turn.turn_id}")
 
 
 def append_conflict(

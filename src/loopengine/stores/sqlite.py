@@ -302,7 +302,7 @@ _ON_CALL_CONFLICT = "ON CONFLICT (turn_id, tool_use_id) DO "
 
 
 def _turn_row(turn: TurnRecord) -> dict[str, Any]:
-    columns = {"turn_id": turn.turn_id, "session_id": turn.session_id, "version": turn.version}
+    columns = {"turn_id": turn.turn_id, "session_id": turn.session_key, "version": turn.version}
     return {**columns, "created_at": turn.created_at, "body": dumps(turn.to_dict())}
 
 
