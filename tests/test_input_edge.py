@@ -224,7 +224,10 @@ def test_client_ids_of_the_accepted_form_work_and_can_be_read_back(
     with installed("sqlite", tmp_path):
         paused = pause(sessionId=value, tenant=value)
         assert paused["sessionId"] == value
-        status, history = http(api.handler, _session_event(value))
+        event = _session_event(value)  # session ids are scoped by tenant: the operator names it
+        event["queryStringParameters"] = {"tenant": value}
+        event["rawQueryString"] = f"tenant={value}"
+        status, history = http(api.handler, event)
         assert status == 200 and history["sessionId"] == value
 
 

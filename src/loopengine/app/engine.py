@@ -85,11 +85,10 @@ class Engine:
         turn finishes and returns a ``queued`` turn.
 
         Tenants: a ``tenant`` outside the sender's scope is 403; a sender scoped to one tenant who
-        names none gets theirs; a session of another tenant does not exist for the sender (404).
-        Superseding a parked turn whose items need approvers needs the same authority.
+        names none gets theirs; session ids are scoped by tenant. Superseding a parked turn whose
+        items need approvers needs the same authority.
 
-        The HTTP edge validates the request (:mod:`loopengine.app.api_models`); these checks are for
-        library callers.
+        The HTTP edge validates the request (:mod:`loopengine.app.api_models`); these are for libraries.
         """
         if not isinstance(message, str) or not message.strip():
             raise InvalidInput("message must be a non-empty string")
