@@ -56,10 +56,10 @@ class PendingItem:
     on_expiry: str = "unknown"
 
     def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form."""
+        """Stored (camelCase) form (no expiry and no approvers are left out: ``from_dict``'s defaults)."""
         return {
-            "expiresAt": self.expires_at,
-            "onExpiry": self.on_expiry,
+            **({"expiresAt": self.expires_at} if self.expires_at is not None else {}),
+            **({"onExpiry": self.on_expiry} if self.on_expiry != "unknown" else {}),
             "pendingId": self.pending_id,
             "toolUseId": self.tool_use_id,
             "tool": self.tool,
@@ -67,7 +67,7 @@ class PendingItem:
             "reason": self.reason,
             "kind": self.kind,
             "argsHash": self.args_hash,
-            "approvers": list(self.approvers),
+            **({"approvers": list(self.approvers)} if self.approvers else {}),
         }
 
     @staticmethod
@@ -131,10 +131,10 @@ class TurnCheckpoint:
             "tenant": self.tenant,
             "resultsSoFar": [b.to_dict() for b in self.results_so_far],
             "outstanding": {k: v.to_dict() for k, v in self.outstanding.items()},
-            "approved": {k: v.to_dict() for k, v in self.approved.items()},
-            "closed": self.closed,
-            "denied": self.denied,
-            "decisions": [d.to_dict() for d in self.decisions],
+            **({"approved": {k: v.to_dict() for k, v in self.approved.items()}} if self.approved else {}),
+            **({"closed": True} if self.closed else {}),
+            **({"denied": True} if self.denied else {}),
+            **({"decisions": [d.to_dict() for d in self.decisions]} if self.decisions else {}),
             "createdAt": self.created_at,
             "version": self.version,
         }

@@ -98,17 +98,11 @@ class TurnRecord:
         return session_key(self.tenant, self.session_id) if self.scoped_session else self.session_id
 
     def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form."""
-        return {
-            "turnId": self.turn_id,
-            "sessionId": self.session_id,
-            "agent": self.agent,
-            "tenant": self.tenant,
-            "configHash": self.config_hash,
-            "startSeq": self.start_seq,
-            "createdAt": self.created_at,
-            "trigger": self.trigger,
-            "status": self.status.value,
+        """Stored (camelCase) form; an optional field at its default is left out.
+
+        ``from_dict`` restores it, and the record stays small (a DynamoDB write is billed per KB).
+        """
+        optional = {
             "stopReason": self.stop_reason.value if self.stop_reason else None,
             "text": self.text,
             "checkpointId": self.checkpoint_id,
@@ -124,7 +118,19 @@ class TurnRecord:
             "runner": self.runner,
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
-            **({"live": True} if self.live else {}),
+            "live": self.live,
+        }
+        return {
+            "turnId": self.turn_id,
+            "sessionId": self.session_id,
+            "agent": self.agent,
+            "tenant": self.tenant,
+            "configHash": self.config_hash,
+            "startSeq": self.start_seq,
+            "createdAt": self.created_at,
+            "trigger": self.trigger,
+            "status": self.status.value,
+            **{k: v for k, v in optional.items() if v not in (None, False, 0, 0.0, [], {})},
             "version": self.version,
         }
 
