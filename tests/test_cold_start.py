@@ -83,10 +83,6 @@ def test_beyond_its_floor_a_handler_loads_little_but_its_own_code(module: str) -
     assert not outside, sorted(outside)  # no third-party package the floor does not have
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="app/tool_calls.py imports asyncio at module level (only async tools need it): lead's file",
-)
 @pytest.mark.parametrize("module", ["handlers.resume", "handlers.schedule"])
 def test_the_workers_cold_import_does_not_load_asyncio(module: str) -> None:
     """asyncio (about 25 modules, 3 % of the workers' floor) is for async tools and the model SDK only."""

@@ -19,8 +19,8 @@ can vouch for what such a call did.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -86,16 +86,14 @@ def run_tool(
             box.append(Ran(Ending.TIMED_OUT))
         except _Stopped:
             box.append(Ran(Ending.STOPPED))
-        except (Exception, asyncio.CancelledError) as exc:  # the tool's own failure is a result
-            box.append(Ran(Ending.RAISED, error=exc))
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt: raised again in the worker
-            box.append(Ran(Ending.RAISED, error=exc))
+        except BaseException as exc:  # the tool's own failure (or cancellation) is a result; SystemExit,
+            box.append(Ran(Ending.RAISED, error=exc))  # KeyboardInterrupt: raised again in the worker
         finally:
             done.set()
 
     threading.Thread(target=target, name=f"tool-{tool.name}-{ctx.call_id}", daemon=True).start()
     ran = _wait(done, box, ctx, started, stop_requested, poll)
-    if ran.error is not None and not isinstance(ran.error, Exception | asyncio.CancelledError):
+    if ran.error is not None and not isinstance(ran.error, Exception) and not _cancelled(ran.error):
         raise ran.error  # what would end the process on the worker's own thread ends it here too
     return ran
 
@@ -135,15 +133,25 @@ def _asks_to_stop(stop_requested: Callable[[], bool]) -> bool:
         return False
 
 
+def _cancelled(error: BaseException) -> bool:
+    """An asyncio cancellation (asyncio is imported only once an async tool runs: cold starts skip it)."""
+    loaded = sys.modules.get("asyncio")
+    return loaded is not None and isinstance(error, loaded.CancelledError)
+
+
 def _settle(value: Any, ctx: ToolContext, started: float) -> Any:
     """The value itself, or (async code) what the awaitable comes to on a loop of its own."""
     if not inspect.isawaitable(value):
         return value
+    import asyncio  # only here: a sync tool's path (and every handler's cold import) does without it
+
     return asyncio.run(_bounded(value, ctx, started))
 
 
 async def _bounded(awaitable: Any, ctx: ToolContext, started: float) -> Any:
     """Await within the timeout; a stop or the timeout cancels the task (its own answer then stands)."""
+    import asyncio
+
     task = asyncio.ensure_future(awaitable)
     end = started + ctx.timeout
     while True:
