@@ -9,7 +9,6 @@ exist in tools.py, every rule names a tool the agent has, and so does every noti
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Literal
 
@@ -36,6 +35,8 @@ def _one_of(names: Collection[str]) -> Callable[[str], str]:
 
     def check(value: str) -> str:
         if value not in names:
+            import difflib  # only for a "did you mean" in an error: not at a cold start
+
             close = difflib.get_close_matches(value, list(names), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"must be {expected}, not {value!r}{hint}")

@@ -8,7 +8,6 @@ values are plain JSON (a YAML date or ``.nan`` would otherwise reach the config 
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import types
@@ -165,6 +164,8 @@ def _message(err: Any, model: type[BaseModel], loc: Loc) -> str:
     kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":
         known = _fields_at(model, loc[:-1])
+        import difflib  # only for a "did you mean" in an error: not at a cold start
+
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
         return f"unknown key ({hint})"
