@@ -379,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help=f"exit 1 when a CPU ratio is above {TARGET}")
     parser.add_argument("modules", nargs="*", help="handler modules (default: all three)")
     args = parser.parse_args(argv)
+    if shutil.which(args.python) is None:
+        parser.error(f"--python {args.python}: no such interpreter (see docs/performance.md, Cold start)")
+    if args.rounds < 1 or args.snapshot_rounds < 0:
+        parser.error("--rounds must be at least 1 and --snapshot-rounds at least 0")
     with tempfile.TemporaryDirectory(prefix="cold-import-") as tmp:
         env = None if args.bytecode == "cached" else source_env(args.python, Path(tmp))
         results = run(args.rounds, args.modules, args.snapshot_rounds, args.python, env)
