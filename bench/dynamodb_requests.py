@@ -27,6 +27,7 @@ from bench.meter import Meter, _size  # noqa: F401  (re-exported: their old home
 from loopengine.app.engine import Engine
 from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.worker import TurnOutcome
+from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import build_runtime
 from loopengine.domain.clock import SystemClock
 from loopengine.domain.turns import TurnStatus
@@ -61,14 +62,21 @@ class SplitInvoker:
 
 
 @contextmanager
-def _moto_engine() -> Iterator[tuple[Engine, Counter[str], SplitInvoker]]:
-    """The deployment's Engine on a fresh moto table, with the client's requests counted."""
+def moto_client() -> Iterator[Any]:
+    """A boto3 DynamoDB client on a fresh moto table (fake credentials: no real endpoint is reachable)."""
     unset = {k: "" for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE")}
     with mock.patch.dict(os.environ, {**unset, **FAKE_AWS}), mock_aws():
         for name in unset:
             os.environ.pop(name, None)
         client = boto3.client("dynamodb", region_name=FAKE_AWS["AWS_DEFAULT_REGION"])
         create_table(client, TABLE)
+        yield client
+
+
+@contextmanager
+def _moto_engine() -> Iterator[tuple[Engine, Counter[str], SplitInvoker]]:
+    """The deployment's Engine on a fresh moto table, with the client's requests counted."""
+    with moto_client() as client:
         counts = count_requests(client)
         stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
         invoker = SplitInvoker(counts)
@@ -94,20 +102,28 @@ class PhaseInvoker:
 
 
 @contextmanager
-def metered_engine() -> Iterator[tuple[Engine, Meter, PhaseInvoker]]:
-    """The deployment's Engine on a fresh moto table, every request metered (see :class:`Meter`)."""
-    unset = {k: "" for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE")}
-    with mock.patch.dict(os.environ, {**unset, **FAKE_AWS}), mock_aws():
-        for name in unset:
-            os.environ.pop(name, None)
-        client = boto3.client("dynamodb", region_name=FAKE_AWS["AWS_DEFAULT_REGION"])
-        create_table(client, TABLE)
+def metered_stack(registry: AgentRegistry | None = None) -> Iterator[tuple[Engine, Meter, PhaseInvoker, Any]]:
+    """The deployment's Engine on a fresh moto table, every request metered; and the metered client.
+
+    ``registry``: where its agents come from (default: the deployment's, as ``build_runtime`` finds them).
+    """
+    with moto_client() as client:
         meter = Meter()
         meter.attach(client)
         stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
         invoker = PhaseInvoker(meter)
-        engine = Engine(build_runtime({"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores))
+        runtime = build_runtime(
+            {"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores, registry=registry
+        )
+        engine = Engine(runtime)
         invoker.engine = engine
+        yield engine, meter, invoker, client
+
+
+@contextmanager
+def metered_engine() -> Iterator[tuple[Engine, Meter, PhaseInvoker]]:
+    """The deployment's Engine on a fresh moto table, every request metered (see :class:`Meter`)."""
+    with metered_stack() as (engine, meter, invoker, _client):
         yield engine, meter, invoker
 
 

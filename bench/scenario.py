@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -42,26 +41,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the bench agent's tools import bench.effects
     sys.path.insert(0, str(ROOT))
 
-import boto3  # noqa: E402
-from moto import mock_aws  # noqa: E402
 
-from bench.dynamodb_requests import FAKE_AWS, TABLE, PhaseInvoker  # noqa: E402
+from bench.dynamodb_requests import TABLE, PhaseInvoker, metered_stack  # noqa: E402, F401 (TABLE: for callers)
 from bench.effects import RUNS  # noqa: E402
 from bench.meter import Meter  # noqa: E402
 from loopengine.app.engine import Engine  # noqa: E402
 from loopengine.app.resolution import Decider  # noqa: E402
 from loopengine.authoring.registry import AgentRegistry  # noqa: E402
-from loopengine.bootstrap import build_runtime  # noqa: E402
-from loopengine.domain.clock import SystemClock  # noqa: E402
 from loopengine.domain.ids import new_id  # noqa: E402
 from loopengine.domain.turns import TurnStatus  # noqa: E402
-from loopengine.stores.dynamodb import create_table, open_dynamodb_stores  # noqa: E402
 
 AGENT = "refund-cycle"
 AGENTS_DIR = Path(__file__).resolve().parent / "agents"
@@ -88,22 +81,7 @@ class Bench:
 @contextmanager
 def scenario_engine() -> Iterator[Bench]:
     """The deployment's Engine (scripted model, the ``refund-cycle`` agent) on a fresh moto table."""
-    unset = {k: "" for k in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE")}
-    with mock.patch.dict(os.environ, {**unset, **FAKE_AWS}), mock_aws():
-        for name in unset:
-            os.environ.pop(name, None)
-        client = boto3.client("dynamodb", region_name=FAKE_AWS["AWS_DEFAULT_REGION"])
-        create_table(client, TABLE)
-        meter = Meter()
-        meter.attach(client)
-        stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
-        invoker = PhaseInvoker(meter)
-        registry = AgentRegistry(paths=[AGENTS_DIR])
-        runtime = build_runtime(
-            {"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores, registry=registry
-        )
-        engine = Engine(runtime)
-        invoker.engine = engine
+    with metered_stack(AgentRegistry(paths=[AGENTS_DIR])) as (engine, meter, invoker, client):
         yield Bench(engine, meter, invoker, client)
 
 
