@@ -15,6 +15,7 @@ import pytest
 from loopengine.app import views
 from loopengine.app.loop import merged
 from loopengine.app.resolution import Decider
+from loopengine.authoring.agent import AgentConfig
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import StopReason, TurnStatus
@@ -47,9 +48,9 @@ def model() -> ScriptedModel:
     )
 
 
-@pytest.fixture
-def h(calls: Calls, model: ScriptedModel) -> Iterator[Harness]:
-    cfg = agent(
+def shop(calls: Calls) -> AgentConfig:
+    """Seed 000's agent: lookups and emails allowed, refunds and cancellations asked."""
+    return agent(
         "shop",
         [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
         {
@@ -60,7 +61,11 @@ def h(calls: Calls, model: ScriptedModel) -> Iterator[Harness]:
             "default_decision": "ask",
         },
     )
-    with scenario(cfg, model=model) as harness:
+
+
+@pytest.fixture
+def h(calls: Calls, model: ScriptedModel) -> Iterator[Harness]:
+    with scenario(shop(calls), model=model) as harness:
         yield harness
 
 
@@ -305,17 +310,7 @@ def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_work
     held it past the API's. It answers ``resuming`` (202) as an approval that closes a batch does;
     the worker runs the approved call once and the turn then finishes ``denied``.
     """
-    cfg = agent(
-        "shop",
-        [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
-        {
-            "rules": [
-                {"tool": "lookup_order", "decision": "allow"},
-                {"tool": "send_email", "decision": "allow"},
-            ]
-        },
-    )
-    with scenario(cfg, model=model, inline=False) as h:
+    with scenario(shop(calls), model=model, inline=False) as h:
         turn_id, _sid, pending = start(h)
         h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
         res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
@@ -336,17 +331,7 @@ def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_work
 def test_a_denial_with_nothing_approved_still_finishes_in_the_request(
     calls: Calls, model: ScriptedModel
 ) -> None:
-    cfg = agent(
-        "shop",
-        [calls.tool(n) for n in ("lookup_order", "send_email", "issue_refund", "cancel_order")],
-        {
-            "rules": [
-                {"tool": "lookup_order", "decision": "allow"},
-                {"tool": "send_email", "decision": "allow"},
-            ]
-        },
-    )
-    with scenario(cfg, model=model, inline=False) as h:
+    with scenario(shop(calls), model=model, inline=False) as h:
         turn_id, _sid, pending = start(h)
         h.engine.resolve(pending["t3"].pending_id, "deny", BOB)
 

@@ -159,7 +159,7 @@ def run_call(
     """
     turns, clock = rt.stores.turns, rt.stores.clock
     key = idempotency_key(turn.tenant, turn.turn_id, use.id)
-    record = claim or CallRecord(turn.turn_id, use.id, use.name, clock.now())
+    record = claim or claim_of(turn, use, clock.now())
     if claim is None and not turns.start_call(record):
         existing = turns.calls(turn.turn_id)[use.id]
         if existing.result is not None:
