@@ -8,9 +8,6 @@ caveat). On moto: entries removed as an older version would have stored the turn
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 from loopengine.domain.clock import FakeClock
@@ -19,17 +16,11 @@ from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.dynamodb_items import active_key
 from tests.contract import turn
 from tests.contract.conftest import moto_dynamodb
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "backfill_active.py"
+from tests.script_support import load_script
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("backfill_active", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("backfill_active", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("backfill_active")
 
 
 def test_unfinished_turns_get_their_entry_once_and_finished_ones_none(capsys: Any) -> None:

@@ -13,16 +13,14 @@ a step read more (within one Query page of items).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from bench.dynamodb_requests import metered_engine, run_flow
 
 from loopengine.domain.ids import new_id
+from tests.script_support import load_script
 
 PAGE = 25
 """Items that may differ between two runs of one step and still count as flat (a small Query page)."""
@@ -89,13 +87,7 @@ def test_a_step_reads_the_same_with_50_earlier_turns(phase: str) -> None:
 
 
 def _partition_rate() -> Any:
-    path = Path(__file__).resolve().parent.parent / "scripts" / "partition_rate.py"
-    spec = importlib.util.spec_from_file_location("partition_rate", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("partition_rate", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("partition_rate")
 
 
 def test_partition_rate_adds_up_shared_partitions_across_cycles() -> None:
