@@ -22,10 +22,13 @@ Agent = Annotated[
     str, Path(pattern=m.AGENT_PATTERN, description="the agent's name", examples=["customer-service"])
 ]
 SessionId = Annotated[str, Path(alias="sessionId", pattern=m.CLIENT_ID_PATTERN)]
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]([ -~]{0,253}[!-~])?$"
+"""1-255 printable ASCII characters, none at either end a space (HTTP strips those from a header)."""
 IdempotencyKey = Annotated[
     str | None,
     Header(
         alias="idempotency-key",
+        pattern=IDEMPOTENCY_KEY_PATTERN,
         description=(
             "Idempotency-Key (1-255 printable characters; the Stripe convention): a retry with the same key"
             " and body answers the first request's turn as it stands now (no second turn); the same key with"
@@ -101,7 +104,7 @@ def turn_events(
 @router.post(
     "/turns/<turnId>/cancel",
     summary="Stop a running or parked turn (side effects already sent are not unsaid)",
-    responses=answers({200: m.Cancelled, 202: m.Cancelled}, 403, 404, 415, 422),
+    responses=answers({200: m.Cancelled, 202: m.Cancelled}, 400, 403, 404, 415, 422),
 )
 def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Response[m.Cancelled]:
     logger.set_correlation_id(turn_id)
