@@ -6,20 +6,19 @@ The magic-link pages, the Slack and Lark callbacks and the inbox read items thro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loopengine.app import expiry, views
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.tools import Tool
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.errors import Forbidden, NotFound
 from loopengine.domain.fate import Fate, FateState, item_fate
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnRecord
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemView:
     """What is known about one pendingId (see :func:`view`)."""
 

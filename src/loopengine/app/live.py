@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 from loopengine.domain.clock import Clock
+from loopengine.domain.frozen import frozen
 from loopengine.domain.ids import new_id
 from loopengine.domain.jsontypes import JsonDict
 
@@ -45,7 +45,7 @@ RING_TURNS = 256
 """Turns this process keeps pieces of (the least recently written ones are dropped first)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Piece:
     """One piece of a model call's text: ``offset`` characters of the call's text came before it."""
 

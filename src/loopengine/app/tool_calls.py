@@ -24,12 +24,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from loopengine.authoring.context import ToolContext
 from loopengine.authoring.tools import Tool
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 GRACE = 1.0
@@ -50,7 +50,7 @@ class Ending(StrEnum):
     STOPPED = "stopped"
 
 
-@dataclass(frozen=True)
+@frozen
 class Ran:
     """What running the code came to: its value, its exception, or that nobody knows."""
 

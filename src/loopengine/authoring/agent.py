@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from loopengine.authoring.agent_schema import AgentFile
@@ -24,13 +24,14 @@ from loopengine.authoring.mcp import McpConnector, McpPin, McpServer, executor, 
 from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.errors import ConfigError
+from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import RuleSet
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
 
 
-@dataclass(frozen=True)
+@frozen
 class AgentConfig:
     """Everything a turn runs under.
 

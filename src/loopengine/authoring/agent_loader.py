@@ -8,7 +8,6 @@ together) and raised at once as :class:`~loopengine.domain.errors.AgentUnavailab
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,14 @@ from loopengine.authoring.agent import AgentConfig, build_config
 from loopengine.authoring.agent_schema import AgentFile, cross_check, target_problems
 from loopengine.authoring.tools import Tool
 from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.frozen import frozen
 from loopengine.domain.rules import RulesFile, problems
 from loopengine.domain.yaml_lines import Lines, Problem, display, load, unavailable
 
 _NAME_LINE = re.compile(r"""^name:\s*["']?([A-Za-z0-9_-]+)["']?\s*(?:#.*)?$""", re.MULTILINE)
 
 
-@dataclass(frozen=True)
+@frozen
 class FolderText:
     """The YAML files of a folder as read at one moment (``None``: the file does not exist)."""
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from loopengine.domain.clock import Clock, SystemClock
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 KEY_PREFIX = "le_"
@@ -48,7 +49,7 @@ class ToolCancelled(Exception):
     """Raised by :meth:`ToolContext.check` once the turn's stop was requested (cancelled or superseded)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class ToolContext:
     """The call a tool runs: whose, which, who approved it, until when, and whether to stop.
 

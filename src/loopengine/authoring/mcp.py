@@ -27,7 +27,6 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -35,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loopengine.authoring.tools import ASK_USER, Tool, ToolFn
 from loopengine.domain.errors import LoopengineError
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.rules import Duration, NonEmpty, Strict
 
@@ -128,7 +128,7 @@ def _loopback(url: str) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@frozen
 class McpServer:
     """An MCP server as a turn pins it (header *names* and variable names only, never values)."""
 
@@ -199,7 +199,7 @@ class McpServer:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class ListedTool:
     """A tool as the server lists it (its own name)."""
 
@@ -223,7 +223,7 @@ def schema_hash(name: str, description: str, input_schema: JsonDict) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@frozen
 class McpPin:
     """What a turn pinned about one MCP tool: which server, the server's tool name, and its hash."""
 
@@ -241,7 +241,7 @@ class McpPin:
         return McpPin(str(d["server"]), str(d["tool"]), str(d["schemaHash"]))
 
 
-@dataclass(frozen=True)
+@frozen
 class McpAnswer:
     """The server's answer to a call, rendered as tool_result text."""
 
@@ -265,7 +265,7 @@ class McpConnector(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class McpTools:
     """One server's listing turned into tools (with their pins), and the tools it left out, and why."""
 

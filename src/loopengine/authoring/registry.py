@@ -27,13 +27,14 @@ from loopengine.authoring.agent_code import import_module, import_problem, load_
 from loopengine.authoring.agent_loader import FolderText, parse_folder, route_name
 from loopengine.authoring.tools import ToolFn
 from loopengine.domain.errors import AgentUnavailable, NotFound
+from loopengine.domain.frozen import frozen
 from loopengine.domain.yaml_lines import Problem, display, unavailable
 
 PATH_ENV = "LOOPENGINE_AGENTS_PATH"
 Signature = tuple[int, int, int, int] | None
 
 
-@dataclass(frozen=True)
+@frozen
 class AgentEntry:
     """Where an agent lives; ``problem`` is set when its name is taken by another folder too."""
 
@@ -43,7 +44,7 @@ class AgentEntry:
     problem: Problem | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class AgentStatus:
     """One agent folder as ``loopengine agents`` reports it."""
 

@@ -9,7 +9,6 @@ Nothing is ever overwritten: an existing folder is an error.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
@@ -17,10 +16,11 @@ from loopengine.authoring import scaffold_templates as t
 from loopengine.authoring.agent_schema import AGENT_NAME
 from loopengine.authoring.scaffold_standin import STANDIN_PY
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.frozen import frozen
 from loopengine.domain.yaml_lines import display
 
 
-@dataclass(frozen=True)
+@frozen
 class Scaffolded:
     """What :func:`new_agent` wrote."""
 

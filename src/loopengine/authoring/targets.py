@@ -13,17 +13,16 @@ A target takes an event when its ``events`` (default: all) list it and, for ``ap
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loopengine.authoring.agent_schema import TOOL_EVENTS
 from loopengine.domain.errors import ConfigError
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 DEFAULT_KEY = "t0"
 """The key of an agent's first target (also: the deployment default, and a record without a key)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class NotifierTarget:
     """One place an agent's notifications go.
 

@@ -19,10 +19,10 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT, ToolContext
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 ToolFn = Callable[..., Any]
@@ -33,7 +33,7 @@ _UNRESOLVED_CONTEXT = re.compile(r"^(?:None\|)?(?:loopengine\.)?ToolContext(?:\|
 """A string annotation naming ToolContext that cannot be evaluated (imported under TYPE_CHECKING)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Tool:
     """A callable tool; ``execute`` returns anything JSON-serialisable (or a string).
 

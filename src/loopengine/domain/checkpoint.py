@@ -19,7 +19,7 @@ write makes the turn ready to resume (:func:`loopengine.domain.turn_state.ready`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Literal, TypedDict
 
 from loopengine.domain import outcomes
@@ -34,13 +34,14 @@ from loopengine.domain.decisions import (
     Skipped,
     decision_from_dict,
 )
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import ToolResultBlock, block_from_dict
 
 Kind = Literal["approval", "question"]
 
 
-@dataclass(frozen=True)
+@frozen
 class PendingItem:
     """One call waiting for a human."""
 
@@ -87,7 +88,7 @@ class PendingItem:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class TurnCheckpoint:
     """A paused batch; see the module docstring."""
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
 
 from loopengine.domain.errors import ConfigError
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry
 from loopengine.domain.rules import RuleModel, RulesFile, summary
@@ -100,7 +101,7 @@ def lookup(args: Any, path: str) -> Any:
     return cur
 
 
-@dataclass(frozen=True)
+@frozen
 class Condition:
     """``{field, op, value}``: holds when ``op(args[field], value)`` is true."""
 
@@ -116,7 +117,7 @@ class Condition:
         return OPS[self.op](actual, self.value)
 
 
-@dataclass(frozen=True)
+@frozen
 class Rule:
     """One line of the rules file."""
 
@@ -134,7 +135,7 @@ class Rule:
         return self.when is None or self.when.holds(args)
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """The gate's answer for one call, recorded once and never re-evaluated on resume."""
 
@@ -171,7 +172,7 @@ class Verdict:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class RuleSet:
     """An ordered list of rules plus the decision when none matches."""
 

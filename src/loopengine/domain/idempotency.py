@@ -20,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 TTL_SECONDS = 24 * 3600
@@ -38,7 +38,7 @@ class IdempotencyMismatch(InvalidInput):
     code = "idempotency_mismatch"
 
 
-@dataclass(frozen=True)
+@frozen
 class IdempotencyRecord:
     """A key that created a turn: ``key`` is the scoped hash, never the client's text."""
 
@@ -66,7 +66,7 @@ class IdempotencyRecord:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Claim:
     """A request's key and fingerprint, before its turn exists."""
 

@@ -8,16 +8,17 @@ them, so what is stored is what is sent.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from loopengine.domain.errors import InvalidInput
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 Role = Literal["user", "assistant"]
 
 
-@dataclass(frozen=True)
+@frozen
 class TextBlock:
     """Plain text."""
 
@@ -29,7 +30,7 @@ class TextBlock:
         return {"type": "text", "text": self.text}
 
 
-@dataclass(frozen=True)
+@frozen
 class ToolUseBlock:
     """The model asks to call ``name`` with ``input``."""
 
@@ -43,7 +44,7 @@ class ToolUseBlock:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
 
 
-@dataclass(frozen=True)
+@frozen
 class ToolResultBlock:
     """The answer to one tool_use; ``content`` is text (JSON text for tool output)."""
 
@@ -86,7 +87,7 @@ def block_from_dict(data: JsonDict) -> Block:
     raise InvalidInput(f"unknown content block type {kind!r}")
 
 
-@dataclass(frozen=True)
+@frozen
 class Message:
     """One message of the conversation."""
 

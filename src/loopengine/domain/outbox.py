@@ -26,8 +26,9 @@ decided inline meanwhile (only held records are dropped: any other stays at leas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 
 FIRST_RETRY_SECONDS = 30.0
@@ -36,7 +37,7 @@ MAX_BACKOFF_SECONDS = 3600.0
 MAX_ATTEMPTS = 10
 
 
-@dataclass(frozen=True)
+@frozen
 class OutboxRecord:
     """One notification to deliver to one target (``due_at`` None once delivered, dropped or given up).
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
+from loopengine.domain.frozen import frozen
 from loopengine.domain.ids import session_key
 from loopengine.domain.jsontypes import JsonDict
 
@@ -43,7 +44,7 @@ class StopReason(StrEnum):
     EXPIRED = "expired"
 
 
-@dataclass(frozen=True)
+@frozen
 class TurnRecord:
     """One turn: the work on one user message, until it finishes.
 
@@ -167,7 +168,7 @@ class TurnRecord:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class CallRecord:
     """A tool call's execution record: started (claimed) before it runs, outcome after.
 

@@ -17,11 +17,12 @@ from typing import Any
 import yaml
 
 from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.frozen import frozen
 
 Loc = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Problem:
     """One thing wrong with one file: rendered ``file:line: message``."""
 

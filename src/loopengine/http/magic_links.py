@@ -8,7 +8,6 @@ decides through ``Engine.resolve`` / ``Engine.answer``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -30,6 +29,7 @@ from loopengine.channels.magic.token import (
 )
 from loopengine.domain import errors
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.frozen import frozen
 from loopengine.domain.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
 from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
@@ -81,7 +81,7 @@ def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
         return _message(500, pages.BROKEN)
 
 
-@dataclass(frozen=True)
+@frozen
 class _Context:
     """A verified token and what it points at."""
 
