@@ -11,8 +11,8 @@ built on first use (``defer_build``): a cold start validates with the few a rout
 them (under SnapStart all are built before the snapshot, docs/performance.md).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would compile each string annotation of the
+# models below in every cold start (docs/performance.md "Cold start").
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field

@@ -7,10 +7,10 @@ exist in tools.py, every rule names a tool the agent has, and so does every noti
 :mod:`loopengine.authoring.channel_registry`; event names from :mod:`loopengine.domain.notifications`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would compile each string annotation of the
+# models below in every cold start (docs/performance.md "Cold start").
 from collections.abc import Callable, Collection, Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -73,7 +73,7 @@ class ModelRetryModel(Strict):
     max_wait: Duration = 600.0
 
     @model_validator(mode="after")
-    def _ordered(self) -> ModelRetryModel:
+    def _ordered(self) -> Self:
         if self.first_wait <= 0 or self.max_wait < self.first_wait:
             raise ValueError("model_retry: first_wait must be > 0 and max_wait at least first_wait")
         return self
@@ -99,13 +99,13 @@ class AgentFile(Strict):
     model_retry: ModelRetryModel | None = None
 
     @model_validator(mode="after")
-    def _expiry_needs_ttl(self) -> AgentFile:
+    def _expiry_needs_ttl(self) -> Self:
         if self.on_expiry is not None and self.pending_ttl is None:
             raise ValueError("on_expiry needs a pending_ttl")
         return self
 
     @model_validator(mode="after")
-    def _timeouts_fit_a_worker(self) -> AgentFile:
+    def _timeouts_fit_a_worker(self) -> Self:
         for name, seconds in (self.tool_timeouts or {}).items():
             if seconds > MAX_TOOL_TIMEOUT:
                 raise ValueError(

@@ -12,8 +12,8 @@ recorded, so a retry carries the same one. The JSON Schema of each event is publ
 keeps it current), so a receiver can validate what it gets.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would compile each string annotation of the
+# models below in every cold start (docs/performance.md "Cold start").
 import json
 from typing import Annotated, Any, Literal
 

@@ -6,13 +6,13 @@ values are plain JSON (a YAML date or ``.nan`` would otherwise reach the config 
 :func:`problems` turns a pydantic ``ValidationError`` into ``file:line: path: message`` lines.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would compile each string annotation of the
+# models below in every cold start (docs/performance.md "Cold start").
 import math
 import re
 import types
 import typing
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Self, Union, get_args
 
 from pydantic import (
     AfterValidator,
@@ -101,7 +101,7 @@ class WhenModel(Strict):
     value: JsonValue
 
     @model_validator(mode="after")
-    def _value_fits_op(self) -> WhenModel:
+    def _value_fits_op(self) -> Self:
         if self.op == "in" and not isinstance(self.value, list):
             raise ValueError("'in' needs a list of values")
         if self.op in NUMERIC_OPS and (
@@ -123,7 +123,7 @@ class RuleModel(Strict):
     on_expiry: OnExpiry | None = None
 
     @model_validator(mode="after")
-    def _expiry_needs_ttl(self) -> RuleModel:
+    def _expiry_needs_ttl(self) -> Self:
         if self.on_expiry is not None and self.pending_ttl is None:
             raise ValueError("on_expiry needs a pending_ttl")
         return self
