@@ -27,6 +27,11 @@ UV_HOME := $(VENV)/.uv
 UV      := $(UV_HOME)/bin/uv
 # copies, not hard links into uv's cache (which may be on another file system)
 export UV_LINK_MODE ?= copy
+# Bytecode is cached (in .venv and the tree's __pycache__, both ignored by git) even where the shell
+# sets PYTHONDONTWRITEBYTECODE (container images often do): without the cache every interpreter the
+# tests start (xdist workers, loopengine dev and its environments, the CLI, SAM CLI) compiles every
+# module it imports from source again; measured: collecting the suite 24.7 s without, 10.7 s with.
+unexport PYTHONDONTWRITEBYTECODE
 # `sam build` builds the functions with the interpreter of their Runtime (template.yaml) found on PATH
 LAMBDA_PYTHON ?= python3.12
 LAMBDA_VERSION := $(patsubst python%,%,$(LAMBDA_PYTHON))

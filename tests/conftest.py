@@ -86,3 +86,23 @@ def install_harness(tmp_path: Path, handler_env: dict[str, str]) -> Iterator[Bui
     root.install(None)
     for h in made:
         h.rt.stores.close()
+
+
+LONG_FIRST = ("slow", "sam")
+"""Markers of the long end-to-end tests, which run first (see :func:`pytest_collection_modifyitems`)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long tests first, the rest in their usual order.
+
+    pytest-xdist hands tests out in this order: a 30-second test started last keeps one worker busy
+    while the other has nothing left to do; started first, the short ones fill in around it. A
+    test whose mark says ``slow(seconds=N)`` goes before the other long ones, longest first.
+    """
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> tuple[bool, float]:
+    """Sort key: long tests first, the longest (``slow(seconds=...)``, a rough figure) before them."""
+    marks = [mark for name in LONG_FIRST if (mark := item.get_closest_marker(name)) is not None]
+    return (not marks, -max((float(mark.kwargs.get("seconds", 0)) for mark in marks), default=0.0))

@@ -22,6 +22,8 @@ from loopengine.domain.messages import Message, check_protocol
 from loopengine.stores.dynamodb import create_table
 from tests.dev_support import DevProcess, free_port, request
 
+pytestmark = pytest.mark.slow  # real processes, seconds per test: make test runs these first
+
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

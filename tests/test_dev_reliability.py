@@ -27,6 +27,8 @@ from tests.agent_folders import write_agent
 from tests.anthropic_sse import sse_body
 from tests.dev_support import DevProcess, free_port, request
 
+pytestmark = pytest.mark.slow  # real processes, seconds per test: make test runs these first
+
 FAST = {
     "LOOPENGINE_LEASE_SECONDS": "2",
     "LOOPENGINE_HANDOFF_GRACE_SECONDS": "1",

@@ -82,6 +82,7 @@ def test_five_concurrent_clicks_one_decides(server: DevProcess) -> None:
     assert len(decided) == 1 and len(already) == 4, answers
 
 
+@pytest.mark.slow
 def test_parked_turn_survives_a_restart(server: DevProcess) -> None:
     paused = _pause(server.port)
     pending = paused["pendingItems"][0]["pendingId"]

@@ -41,6 +41,8 @@ from tests.contract.conftest import moto_dynamodb
 from tests.dynamodb_faults import ResponseLost
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
 
+pytestmark = pytest.mark.slow  # real processes, seconds per test: make test runs these first
+
 TABLE = "loopengine-idempotency"
 WHO = Decider("ops@example.com")
 RULES = {"rules": [{"tool": "lookup", "decision": "allow"}], "default_decision": "ask"}

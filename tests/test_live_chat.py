@@ -22,6 +22,8 @@ import pytest
 from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
 from tests.pty_support import Terminal
 
+pytestmark = pytest.mark.slow  # real processes, seconds per test: make test runs these first
+
 MESSAGE = "Order A-1001 arrived broken."
 
 
