@@ -5,7 +5,9 @@ with it in the same run, a fresh interpreter that imports only that handler's ow
 *floor*, :data:`FLOORS`: boto3, pydantic, PyYAML and the Powertools pieces it uses). The median
 CPU time gives the ratio handler / floor, which the contract wants at most :data:`TARGET`
 (docs/performance.md "Cold start"); the wall ratio is shown too (on a shared machine, mostly waiting
-for a CPU). It lists what each import loads: modules, our own and third-party, and which of
+for a CPU); beside it, the median of each round's own ratio ("paired": the two imports of a round ran
+back to back, under the same load, which a load that comes and goes between rounds moves less). It
+lists what each import loads: modules, our own and third-party, and which of
 :data:`WATCH` (SDKs a handler's cold import should not load) are among them.
 
     python bench/cold_import.py [--rounds N] [--snapshot-rounds N] [--python PY] [--bytecode none] ...
@@ -199,6 +201,12 @@ class Result:
         """Handler median / floor median (the figure the target applies to)."""
         return self.median("handler", what) / self.median("floor", what)
 
+    def paired(self, what: str) -> float:
+        """The median of each round's handler / floor (the two ran back to back: the same load)."""
+        rounds = zip(self.handler, self.floor, strict=True)
+        ratios: list[float] = [getattr(h, what) / getattr(f, what) for h, f in rounds]
+        return statistics.median(ratios)
+
     def summary(self) -> dict[str, object]:
         """The figures written to the JSON result."""
         mods, floor_mods = self.handler[-1].modules, self.floor[-1].modules
@@ -212,6 +220,7 @@ class Result:
                 side: {w: round(self.least(side, w) * 1000, 1) for w in ("wall", "cpu")}
                 for side in ("handler", "floor")
             },
+            "paired_ratio": {w: round(self.paired(w), 3) for w in ("wall", "cpu")},
             "min_ratio": {
                 w: round(self.least("handler", w) / self.least("floor", w), 3) for w in ("wall", "cpu")
             },
@@ -282,7 +291,7 @@ def table(results: list[Result]) -> str:
     """The results as the text table docs/performance.md shows."""
     head = (
         f"{'handler':<18} {'wall ms':>8} {'floor':>7} {'ratio':>6}   {'cpu ms':>7} {'floor':>7} {'ratio':>6}"
-        f"   {'modules':>7} {'ours':>5} {'RSS MB':>6}  watched"
+        f" {'paired':>6}   {'modules':>7} {'ours':>5} {'RSS MB':>6}  watched"
     )
     lines = [head, "-" * len(head)]
     for r in results:
@@ -294,7 +303,7 @@ def table(results: list[Result]) -> str:
         flag = "" if r.ok() else "   ABOVE TARGET"
         lines.append(
             f"{r.module:<18} {h['wall']:8.1f} {f['wall']:7.1f} {q['wall']:6.2f}"
-            f"   {h['cpu']:7.1f} {f['cpu']:7.1f} {q['cpu']:6.2f}"
+            f"   {h['cpu']:7.1f} {f['cpu']:7.1f} {q['cpu']:6.2f} {r.paired('cpu'):6.2f}"
             f"   {m['handler']:7d} {m['ours']:5d} {rss['handler']:6.1f}  "
             f"{', '.join(s['watched']) or '-'}{flag}"  # type: ignore[arg-type]
         )
