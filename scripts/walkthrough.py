@@ -45,6 +45,8 @@ class Walk:
 
     api: str = ""
     mcp_log: str = ""
+    gap: float | None = None
+    """Seconds between two streamed text pieces (None: the stand-in's default)."""
 
 
 def scaffold(sh: Shell, walk: Walk) -> None:
@@ -172,6 +174,7 @@ def serve(sh: Shell, walk: Walk) -> None:
         "(`scripts/scripted_messages_api.py`), so that the chat shows its text as it arrives.",
     )
     line = f"python $REPO/scripts/scripted_messages_api.py --script {FOLDER}/script.py --port 0"
+    line += "" if walk.gap is None else f" --gap {walk.gap:g}"
     _, found = sh.start(line, r"Messages API stand-in on (http://\S+)")
     model, port = found.group(1), free_port()
     line = f"ANTHROPIC_BASE_URL={model} ANTHROPIC_API_KEY=standin loopengine dev --port {port}"
@@ -343,11 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=REPO / "docs" / "walkthrough.md", help="the page to write"
     )
+    parser.add_argument(
+        "--gap", type=float, help="seconds between two streamed text pieces (default: the stand-in's 0.15)"
+    )
     args = parser.parse_args(argv)
     folder = (args.dir or Path(tempfile.mkdtemp(prefix="walkthrough-"))).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     transcript = Transcript()
-    sh, walk = Shell(folder, base_env(), transcript), Walk()
+    sh, walk = Shell(folder, base_env(), transcript), Walk(gap=args.gap)
 
     def terminated(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)  # unwinds through the finally below: every server is stopped

@@ -75,6 +75,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+WORKERS = 2
+"""Environments of a test's ``loopengine dev`` unless its args say ``--workers``: two still serve
+requests side by side, and each environment is a process importing the engine (about half a second
+of CPU each, on a machine the parallel tests share). Tests of concurrency ask for more."""
+
+
 class DevProcess:
     """``loopengine dev --port N [args]`` with ``env``; output appended to ``log`` (discarded if None).
 
@@ -89,7 +95,8 @@ class DevProcess:
         args: tuple[str, ...] = (),
         host: str = "127.0.0.1",
     ) -> None:
-        self.env, self.port, self.log, self.args, self.host = env, port, log, args, host
+        workers = () if "--workers" in args else ("--workers", str(WORKERS))
+        self.env, self.port, self.log, self.args, self.host = env, port, log, (*workers, *args), host
         self.proc: subprocess.Popen[bytes] | None = None
 
     def log_text(self) -> str:

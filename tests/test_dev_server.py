@@ -23,7 +23,7 @@ def server(tmp_path: Path) -> Iterator[DevProcess]:
     }
     env.pop("LOOPENGINE_TABLE", None)
     env.pop("LOOPENGINE_DEFAULT_WEBHOOK_URL", None)
-    srv = DevProcess(env, free_port())
+    srv = DevProcess(env, free_port(), args=("--workers", "4"))  # concurrent clicks and requests
     srv.start()
     yield srv
     srv.stop()

@@ -25,6 +25,10 @@ pytestmark = pytest.mark.slow(seconds=30)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "walkthrough.py"
+GAP = 0.08
+"""Seconds between streamed pieces here (the page's run uses the stand-in's 0.15): still several reads.
+
+At 0.04 the first reply fits in one 0.25 s coalescing window and leaves no stored ``text:delta``."""
 PAGE = ROOT / "docs" / "walkthrough.md"
 SERVED = re.compile(r"(?:stand-in on|MCP server on|loopengine dev:) http://127\.0\.0\.1:(\d+)")
 """The lines saying where a server it started listens."""
@@ -73,7 +77,7 @@ def _env() -> dict[str, str]:
 
 def _walk(folder: Path, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run the walkthrough; past ``timeout`` stop it as a user would (SIGTERM: it stops its servers)."""
-    args = [sys.executable, str(SCRIPT), "--dir", str(folder), "--out", str(out)]
+    args = [sys.executable, str(SCRIPT), "--dir", str(folder), "--out", str(out), "--gap", str(GAP)]
     with subprocess.Popen(
         args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
