@@ -31,7 +31,7 @@ from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, shard_of, sortable
 from loopengine.stores.dynamodb_table import DynamoTable
 from tests.contract import T0, call, checkpoint, item, turn
-from tests.contract.conftest import FAKE_AWS, moto_dynamodb
+from tests.contract.conftest import FAKE_AWS, fake_session, moto_dynamodb
 
 TABLE = "loopengine-test"
 WHO = DecidedBy("ops@example.com", "http")
@@ -396,10 +396,8 @@ def test_other_client_errors_become_store_errors_from_the_original(dynamo: Dynam
 @pytest.fixture
 def offline_client() -> Iterator[Any]:
     """A client that can never reach AWS (requests are answered by a botocore Stubber)."""
-    import boto3
-
     with mock.patch.dict(os.environ, FAKE_AWS):
-        yield boto3.client("dynamodb", region_name="us-east-1")
+        yield fake_session().client("dynamodb")
 
 
 def conflict(*codes: str) -> dict[str, Any]:
