@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from loopengine.domain.errors import StoreError
+from loopengine.stores.dynamodb_client import new_client as new_client
 from loopengine.stores.dynamodb_codec import Item, inline, key, manifest, n, reassemble, s
 from loopengine.stores.dynamodb_tokens import carries, new_token, stamp, stamp_action
 
@@ -147,42 +148,6 @@ def _errors(operation: str) -> Iterator[None]:
 
 def _backoff(attempt: int) -> None:
     time.sleep(random.uniform(0, 0.025 * 2**attempt))
-
-
-def new_client(max_attempts: int = 5) -> DynamoDBClient:
-    """A DynamoDB client making at most ``max_attempts`` tries per call.
-
-    Retries are botocore's ``standard`` mode: throttling, 5xx and timeouts, with jittered backoff.
-    Region, credentials and ``AWS_ENDPOINT_URL_DYNAMODB`` come from the usual boto3 sources.
-    """
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        retries={"mode": "standard", "total_max_attempts": max_attempts}, connect_timeout=3, read_timeout=10
-    )
-    return boto3.session.Session(botocore_session=_botocore_session()).client("dynamodb", config=config)
-
-
-_LOADER: list[Any] = []
-"""The first session's data loader, which holds the service models and endpoint data it parsed."""
-
-
-def _botocore_session() -> Any:
-    """A new botocore session (its own credentials and connections) on this process's one data loader.
-
-    A client from an all-new session costs about 100 ms of CPU, most of it parsing botocore's JSON
-    service model and endpoint data again; on the shared loader about 11 ms. Nothing a loader holds
-    is per account or per connection, so a client made after a SnapStart restore is still new.
-    """
-    import botocore.session
-
-    core = botocore.session.get_session()
-    if _LOADER:
-        core.register_component("data_loader", _LOADER[0])
-    else:
-        _LOADER.append(core.get_component("data_loader"))
-    return core
 
 
 def count_requests(client: DynamoDBClient) -> Counter[str]:
