@@ -80,9 +80,17 @@ def _with_earlier(count: int) -> dict[str, Any]:
         return run_flow(engine, meter, invoker, first["session"])
 
 
+@pytest.fixture(scope="module")
+def earlier() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The flow's phases in a session with no earlier turn, and in one with 50 (measured once)."""
+    return _with_earlier(0), _with_earlier(50)
+
+
 @pytest.mark.parametrize("phase", ["message -> pause", "resume -> finish"])
-def test_a_step_reads_the_same_with_50_earlier_turns(phase: str) -> None:
-    none, many = _with_earlier(0), _with_earlier(50)
+def test_a_step_reads_the_same_with_50_earlier_turns(
+    phase: str, earlier: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    none, many = earlier
     assert abs(many[phase]["items_read"] - none[phase]["items_read"]) <= PAGE, (none[phase], many[phase])
 
 
