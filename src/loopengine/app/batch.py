@@ -23,6 +23,7 @@ from loopengine.domain import notifications, outcomes
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.decisions import Approve
 from loopengine.domain.errors import InvalidInput, StoreError, ToolOutcomeUnknown
+from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.ids import new_id
 from loopengine.domain.jsontypes import JsonDict
@@ -121,7 +122,7 @@ def _item(
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class Ran:
     """A call's result in hand, and what the next transition must record for it.
 

@@ -7,7 +7,7 @@ delivery, a late click or a second stop request finds nothing to do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from loopengine.app import delivery, expiry, faults
@@ -22,6 +22,7 @@ from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.decisions import DecidedBy
 from loopengine.domain.errors import AlreadyExists, NotFound, VersionConflict
+from loopengine.domain.frozen import frozen
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.outbox import OutboxRecord
@@ -181,7 +182,7 @@ def _approved_calls_waiting(rt: Runtime, turn: TurnRecord) -> bool:
     return cp is not None and bool(cp.approved)
 
 
-@dataclass(frozen=True)
+@frozen
 class SweepResult:
     """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
 

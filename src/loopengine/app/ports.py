@@ -9,11 +9,12 @@ caller needs no second read. Creates raise :class:`~loopengine.domain.errors.Alr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
+from loopengine.domain.frozen import frozen
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
@@ -67,7 +68,7 @@ class SessionStore(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Append:
     """Messages to add to a session iff its history has exactly ``expected_len`` messages."""
 
@@ -76,7 +77,7 @@ class Append:
     expected_len: int
 
 
-@dataclass(frozen=True)
+@frozen
 class Change:
     """One atomic write of a state transition: all of it lands, or none of it.
 
@@ -108,7 +109,7 @@ class Change:
     of a pause, the finish), never in a write of its own."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Committed:
     """What a :class:`Change` stored (records at their new versions)."""
 
@@ -223,7 +224,7 @@ TextSink = Callable[[str], None]
 """Receives a model's text as it streams, piece by piece (see :attr:`ModelRequest.on_text`)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelRequest:
     """One Messages API call.
 
@@ -244,7 +245,7 @@ class ModelRequest:
     on_text: TextSink | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelResponse:
     """What the model said: content blocks and its stop reason."""
 
@@ -264,7 +265,7 @@ class ModelClient(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Notification:
     """An outgoing event: ``approval``, ``question``, ``run_start`` or ``run_finish``."""
 
@@ -292,7 +293,7 @@ class ResumeInvoker(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Stores:
     """The three stores plus the clock, as one bundle the core passes around.
 

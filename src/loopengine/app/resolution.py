@@ -10,7 +10,7 @@ itself and answers ``denied`` at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from loopengine.app import faults
@@ -23,6 +23,7 @@ from loopengine.domain import checkpoint as cps
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, WrongKind
+from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import Decision
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import Principal
@@ -33,7 +34,7 @@ Decider = Principal
 """Who decides (a :class:`~loopengine.domain.principals.Principal`), recorded with every decision."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Resolution:
     """What a resolve/answer call did."""
 

@@ -9,7 +9,7 @@ the session's unfinished turns, which are marked so that their finish starts it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from loopengine.app import delivery, lifecycle
 from loopengine.app.loop import advance
@@ -21,13 +21,14 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.errors import AlreadyExists, Conflict, VersionConflict
+from loopengine.domain.frozen import frozen
 from loopengine.domain.idempotency import Claim
 from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-@dataclass(frozen=True)
+@frozen
 class Start:
     """A message that starts (or queues) a turn: where it goes and how it came."""
 

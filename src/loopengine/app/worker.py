@@ -20,12 +20,13 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.errors import NotFound
+from loopengine.domain.frozen import frozen
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message, ToolResultBlock
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 
-@dataclass(frozen=True)
+@frozen
 class TurnOutcome:
     """Where a turn stands after the loop stopped advancing it."""
 
@@ -42,7 +43,7 @@ def outcome_of(turn: TurnRecord, pending: list[PendingItem] | None = None) -> Tu
     return TurnOutcome(turn.turn_id, turn.session_id, turn.status, turn.stop_reason, turn.text, pending or [])
 
 
-@dataclass(frozen=True)
+@frozen
 class Carry:
     """What rides in a step's write besides the step's own change, so a step costs one write.
 
