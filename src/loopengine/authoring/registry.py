@@ -60,7 +60,7 @@ class _Loaded:
     error: AgentUnavailable | None = None
 
 
-@dataclass
+@frozen
 class _State:
     names: dict[Path, tuple[Signature, str, int]] = field(default_factory=dict)
     loaded: dict[Path, _Loaded] = field(default_factory=dict)

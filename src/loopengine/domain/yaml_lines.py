@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,9 @@ def unavailable(problems: Sequence[Problem]) -> AgentUnavailable:
     return AgentUnavailable("; ".join(str(p) for p in problems), problems)
 
 
-@dataclass
+@frozen
 class Lines:
-    """Line numbers of a document's keys and list items, by path."""
+    """Line numbers of a document's keys and list items, by path (the dict fills as the document is read)."""
 
     at: dict[Loc, int] = field(default_factory=dict)
 
