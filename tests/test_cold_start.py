@@ -109,18 +109,7 @@ def test_the_records_a_handler_imports_are_frozen_without_compiling_six_methods_
     """``@dataclass(frozen=True)`` compiles six methods per class at import, from long source text (most
     of the engine's cold import on Python 3.12); ``@frozen`` (domain/frozen.py) one short ``__init__``.
     No record on a handler's import path is a ``@dataclass(frozen=True)``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
-    env["PYTHONPATH"] = str(ROOT / "src")
-    done = subprocess.run(
-        [sys.executable, "-c", FROZEN_DATACLASSES.format(module=module)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    compiled = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    compiled = set(_classes_found(FROZEN_DATACLASSES, module))
     assert not compiled, sorted(compiled)
 
 
@@ -146,10 +135,16 @@ instructions)."""
 def test_the_pydantic_models_a_handler_imports_have_no_string_annotations(module: str) -> None:
     """pydantic compiles each string annotation of a model (``from __future__ import annotations``)
     when the class is made: 139 of them were about 14 million instructions of the api's import."""
+    found = set(_classes_found(STRING_ANNOTATED_MODELS, module))
+    assert found <= STRING_ANNOTATED_OK, sorted(found - STRING_ANNOTATED_OK)
+
+
+def _classes_found(code: str, module: str) -> list[str]:
+    """What ``code`` (a template importing ``{module}``) prints as JSON, run in a fresh interpreter."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(ROOT / "src")
     done = subprocess.run(
-        [sys.executable, "-c", STRING_ANNOTATED_MODELS.format(module=module)],
+        [sys.executable, "-c", code.format(module=module)],
         capture_output=True,
         text=True,
         env=env,
@@ -157,8 +152,8 @@ def test_the_pydantic_models_a_handler_imports_have_no_string_annotations(module
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    found = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert found <= STRING_ANNOTATED_OK, sorted(found - STRING_ANNOTATED_OK)
+    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def test_the_apis_cold_import_loads_no_channels_request_code() -> None:
