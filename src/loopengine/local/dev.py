@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import random
 import secrets
 import signal
 import sys
@@ -30,15 +31,28 @@ from loopengine.local.dev_http import make_server as make_server
 from loopengine.local.dev_http import to_event as to_event
 
 if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
+
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent server handles Ctrl-C
+    random.seed()  # forked: not the state of the process it was forked from (ids use ``secrets``)
     from loopengine.http import api, root
 
     assert api.handler is not None
     root.engine()  # pay the cold start before the first request, like a provisioned environment
+
+
+def start_method() -> str:
+    """How environments start: forked from one warmed process where the platform can, else spawned.
+
+    ``forkserver`` (Linux, macOS): a server process imports :mod:`loopengine.local.dev_warm` once
+    and forks every environment from itself, so they start with the engine's modules, the routes'
+    validation and the model SDK loaded. ``spawn`` (elsewhere): each imports them itself.
+    """
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def _invoke(event: dict[str, Any]) -> dict[str, Any]:
@@ -66,8 +80,34 @@ class Environments:
     """
 
     def __init__(self, count: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.pool = context.Pool(count, initializer=_ignore_interrupts)
+        self._count = count
+        self._pool: Pool | None = None
+        self._failed: BaseException | None = None
+        self._ready = threading.Event()
+        # The forkserver loads dev_warm before the first fork (about half a second): the server
+        # listens meanwhile, and a request that comes first waits for its environment.
+        self._starting = threading.Thread(target=self._start, name="environments", daemon=True)
+        self._starting.start()
+
+    def _start(self) -> None:
+        try:
+            method = start_method()
+            context = multiprocessing.get_context(method)
+            if method == "forkserver":
+                context.set_forkserver_preload(["loopengine.local.dev_warm"])
+            self._pool = context.Pool(self._count, initializer=_ignore_interrupts)
+        except BaseException as exc:  # handed to the requests, which report it
+            self._failed = exc
+        finally:
+            self._ready.set()
+
+    @property
+    def pool(self) -> Pool:
+        """The environments, once started (raises what stopped them from starting)."""
+        self._ready.wait()
+        if self._pool is None:
+            raise RuntimeError(f"the environments did not start: {self._failed!r}") from self._failed
+        return self._pool
 
     def __call__(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
         """Run one event in a free environment (waits for one when all are busy)."""
@@ -81,8 +121,10 @@ class Environments:
 
     def close(self) -> None:
         """Stop every environment (background resumes in flight stop with them)."""
-        self.pool.terminate()
-        self.pool.join()
+        self._ready.wait()
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
 
 
 class Sweeper:

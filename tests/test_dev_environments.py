@@ -1,0 +1,84 @@
+"""``loopengine dev``'s environments start forked from one process that loaded what they share.
+
+GIVEN the forkserver's preload (:mod:`loopengine.local.dev_warm`), WHEN it is imported in a fresh
+interpreter, THEN the api handler's modules are loaded, and the Anthropic SDK exactly when turns
+here call Anthropic; a warm-up step that fails is skipped and named, never raised (the forkserver
+would stop starting environments); and the environments a real ``loopengine dev`` starts are
+processes forked from that preloaded server, which serve requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopengine.local import dev
+from tests.dev_support import DevProcess, admin_env, free_port, request
+
+PROBE = """
+import json, sys
+import loopengine.local.dev_warm as warm
+print(json.dumps({"failed": warm.FAILED, "sdk": "anthropic" in sys.modules,
+                  "api": "loopengine.http.api" in sys.modules}))
+"""
+
+
+def _warm(**env: str) -> dict[str, object]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True, check=True
+    )
+    found: dict[str, object] = json.loads(done.stdout)
+    return found
+
+
+def test_the_preload_loads_the_handler_and_the_sdk_only_when_turns_call_anthropic() -> None:
+    assert _warm(ANTHROPIC_API_KEY="sk-never-sent") == {"failed": [], "sdk": True, "api": True}
+    assert _warm(ANTHROPIC_API_KEY="sk-never-sent", LOOPENGINE_MODEL="scripted")["sdk"] is False
+    assert _warm() == {"failed": [], "sdk": False, "api": True}
+
+
+def test_a_failing_warm_up_step_is_named_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopengine.local import dev_warm
+
+    def broken() -> None:
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(dev_warm, "_STEPS", (("handler", dev_warm._handler), ("broken", broken)))
+    assert dev_warm.warm() == ["broken"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_dev_forks_its_environments_from_the_preloaded_server(tmp_path: Path) -> None:
+    assert dev.start_method() == "forkserver"
+    server = DevProcess(admin_env(tmp_path / "db.sqlite"), free_port())
+    server.start()
+    try:
+        message = {"message": "Order A-1001 arrived broken."}
+        status, _ = request(server.port, "POST", "/agents/customer-service/messages", message)
+        assert status in (200, 202)
+        assert server.proc is not None
+        children = {pid: _cmdline(pid) for pid in _children(server.proc.pid)}
+        assert not [c for c in children.values() if "spawn_main" in c], children  # none spawned
+        (forkserver,) = [pid for pid, line in children.items() if "forkserver" in line]
+        environments = _children(forkserver)
+        assert len(environments) == 2  # --workers 2, each forked: no command line of its own
+        assert all(_cmdline(pid) == _cmdline(forkserver) for pid in environments)
+    finally:
+        server.stop()
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
