@@ -6,8 +6,9 @@ route's function name; ``sam local invoke --env-vars events/env.json`` gives a f
 environment that ``LocalLambdaRunner`` builds. These tests ask exactly those classes, through
 ``tests/sam_cli_probe.py`` run by SAM CLI's own interpreter (``.venv-sam``: aws-sam-cli pins an
 exact boto3 the project must not be held to). Then every sample event in ``events/`` runs through
-the handler the template names, in a fresh interpreter with that environment (what the container
-would do), and a 5xx or an error fails.
+the handler the template names, with that environment, each in a process of its own forked from
+one interpreter per function that imported the handler (a SnapStart restore of the function's
+init), and a 5xx or an error fails.
 
 Run ``pytest tests/test_sam_local.py -s`` to see the route table ``sam local start-api`` mounts.
 """
@@ -242,17 +243,41 @@ def _function_for(name: str, event: dict[str, Any], by_route: dict[str, str | No
     return "ResumeFunction" if name.startswith("resume") else "ScheduleFunction"
 
 
-# Run in a fresh interpreter, like a container: import the handler the template names, call it
-# with the event and a Lambda-like context, write what it returned to a file.
+# One interpreter per function, like its container after init: it imports the handler the template
+# names (the function's environment set), then forks one process per event, like a SnapStart restore
+# of that init. Each fork gets its own empty /tmp (its store), builds its engine from there (nothing
+# built before the fork: checked), calls the handler with the event and a Lambda-like context and
+# writes what it returned to a file.
 INVOKE = """
-import importlib, json, sys
+import importlib, json, os, sys
+from loopengine.http import root
 from loopengine.local.dev import LocalContext
-handler, event_file, out_file, name, timeout = sys.argv[1:6]
+handler, name, timeout, runs = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
 module, _, attr = handler.rpartition(".")
 fn = getattr(importlib.import_module(module), attr)
-context = LocalContext(function_name=name, timeout_seconds=float(timeout))
-result = fn(json.loads(open(event_file).read()), context)
-open(out_file, "w").write(json.dumps(result))
+assert root._engine is None, "the handler's import built an engine: a fork would share its store"
+sys.stdout.flush(); sys.stderr.flush()
+children = {}
+for event_file, out_file, err_file, db in runs:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            err = os.open(err_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(err, 2)
+            os.environ["LOOPENGINE_DB"] = db
+            context = LocalContext(function_name=name, timeout_seconds=timeout)
+            result = fn(json.loads(open(event_file).read()), context)
+            open(out_file, "w").write(json.dumps(result))
+            code = 0
+        except BaseException:
+            import traceback; traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    children[pid] = out_file
+codes = {children[pid]: os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in list(children)}
+print(json.dumps(codes))
 """
 
 
@@ -266,22 +291,33 @@ class Invoked:
 
 @pytest.fixture(scope="module")
 def invoked(sam: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Invoked]:
-    """Every sample event through its function, each in its own interpreter and empty /tmp."""
+    """Every sample event through its function: each in its own process and empty /tmp."""
     by_route = {m.route: m.function for m in mounted_routes(sam)}
+    events = {name: json.loads((EVENTS / name).read_text()) for name in _sample_events()}
+    by_function: dict[str, list[str]] = {}
+    for event_name, event in events.items():
+        by_function.setdefault(_function_for(event_name, event, by_route), []).append(event_name)
 
-    def run(event_name: str) -> Invoked:
-        event = json.loads((EVENTS / event_name).read_text())
-        name = _function_for(event_name, event, by_route)
+    def prepare(name: str) -> tuple[list[list[str]], dict[str, tuple[Path, Path]]]:
+        """Each event's own /tmp (made here: TempPathFactory is not safe across threads)."""
+        runs, paths = [], {}
+        for event_name in by_function[name]:
+            # The container's /tmp is this invocation's own directory here.
+            tmp = tmp_path_factory.mktemp(event_name.removesuffix(".json"))
+            db = str(tmp / Path(sam["env"][name]["LOOPENGINE_DB"]).relative_to("/tmp"))
+            paths[event_name] = (tmp / "result.json", tmp / "stderr.txt")
+            runs.append([str(EVENTS / event_name), *map(str, paths[event_name]), db])
+        return runs, paths
+
+    prepared = {name: prepare(name) for name in by_function}
+
+    def run(name: str) -> dict[str, Invoked]:
         function = sam["functions"][name]
-        tmp = tmp_path_factory.mktemp(event_name.removesuffix(".json"))
-        env = dict(sam["env"][name])
-        # The container's /tmp is this invocation's own directory here.
-        env["LOOPENGINE_DB"] = str(tmp / Path(env["LOOPENGINE_DB"]).relative_to("/tmp"))
-        env["PYTHONPATH"] = str(SRC)
-        out = tmp / "result.json"
-        args = [function["handler"], str(EVENTS / event_name), str(out), function["functionname"]]
+        env = {**sam["env"][name], "PYTHONPATH": str(SRC)}
+        runs, paths = prepared[name]
+        tail = (str(function["timeout"]), json.dumps(runs))
         proc = subprocess.run(
-            [sys.executable, "-c", INVOKE, *args, str(function["timeout"])],
+            [sys.executable, "-c", INVOKE, *(function[k] for k in ("handler", "functionname")), *tail],
             cwd=SRC,  # the code directory, as /var/task in the container
             env=env,
             capture_output=True,
@@ -289,12 +325,17 @@ def invoked(sam: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> di
             check=False,
             timeout=120,
         )
-        result = json.loads(out.read_text()) if out.exists() else None
-        return Invoked(name, proc.returncode, result, proc.stderr)
+        assert proc.returncode == 0, f"{name}'s interpreter failed: {proc.stderr[-3000:]}"
+        codes = json.loads(proc.stdout.splitlines()[-1])
+        found = {}
+        for event_name, (out, err) in paths.items():
+            result = json.loads(out.read_text()) if out.exists() else None
+            stderr = err.read_text() if err.exists() else ""
+            found[event_name] = Invoked(name, codes[str(out)], result, stderr)
+        return found
 
-    names = _sample_events()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(zip(names, pool.map(run, names), strict=True))
+    with ThreadPoolExecutor(max_workers=len(by_function)) as pool:
+        return {k: v for found in pool.map(run, sorted(by_function)) for k, v in found.items()}
 
 
 @pytest.mark.parametrize("name", _sample_events())
