@@ -38,7 +38,8 @@ config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
 ===============  =================  ============================  ===============================
 
-*body* is ``data`` (the record's JSON) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
+*body* is ``data`` (the record's JSON), ``z`` (that JSON zlib-compressed, for bodies over 400
+bytes that it shrinks) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
 :mod:`~loopengine.stores.dynamodb_codec`). The index (keys ``gsi1pk``/``gsi1sk``, projecting only
 ``agent``) is sparse: only open checkpoints, due turns and undelivered notifications carry its
 keys, so closing a checkpoint, a turn with nothing due or a delivered notification drops out of
