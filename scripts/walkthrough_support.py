@@ -159,6 +159,7 @@ class Shell:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: Ctrl-C reaches it and its children
+                preexec_fn=_job_signals,
             )
         started = Started(line, process, log, len(self.started) + 1)
         self.started.append(started)
@@ -204,6 +205,16 @@ class Shell:
         return stopped
 
 
+def _job_signals() -> None:
+    """In a job's child: SIGINT as an interactive shell's job has it, even when ignored in this script.
+
+    A script started in the background (``cmd &`` in a non-interactive shell, nohup, some CI
+    runners) inherits SIGINT ignored, its children too, and a shell started with it ignored cannot
+    reset it: Ctrl-C (``kill -INT %1``) would then stop nothing.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def replace_once(text: str, old: str, new: str) -> str:
     """``text`` with its one ``old`` replaced by ``new`` (the scaffold changed if it is not there once)."""
     expect(text.count(old) == 1, f"expected {old!r} once in the scaffolded file; the scaffold changed")
@@ -217,6 +228,7 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal
             try:
+                _job_signals()  # Ctrl-C on the terminal interrupts it, as in a terminal
                 os.chdir(cwd)
                 os.execvpe(argv[0], argv, env)
             finally:

@@ -19,10 +19,13 @@ import time
 class Terminal:
     """One command running on a pty; everything it printed is kept in :attr:`output`."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], *, sigint_ignored: bool = False) -> None:
         pid, fd = pty.fork()
         if pid == 0:  # the child: the pty is its controlling terminal
             try:
+                # Ctrl-C interrupts it as in a terminal, even if the test run has SIGINT ignored
+                # (unless the test asks for it ignored, as a script's background job has it)
+                signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.SIG_DFL)
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,31 @@ def _children(pid: int) -> list[int]:
 
 def _cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+
+
+def test_ctrl_c_stops_dev_even_when_it_was_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """``loopengine dev &`` in a script starts it with SIGINT ignored; ``kill -INT`` must still stop it."""
+    port = free_port()
+    env = admin_env(tmp_path / "db.sqlite")
+    command = [sys.executable, "-m", "loopengine.local.cli", "dev", "--port", str(port), "--workers", "1"]
+    ignored = partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=ignored
+    ) as proc:
+        try:
+            deadline = time.monotonic() + 60
+            while request_or_none(port) is None:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def request_or_none(port: int) -> int | None:
+    try:
+        return request(port, "GET", "/health")[0]
+    except OSError:
+        return None

@@ -147,12 +147,23 @@ def test_a_client_going_away_mid_stream_leaves_the_server_serving(server: DevPro
     assert status == 200 and body["events"]
 
 
-def _chat(server: DevProcess, *extra: str) -> Terminal:
+def _chat(server: DevProcess, *extra: str, sigint_ignored: bool = False) -> Terminal:
     env = {**os.environ, "LOOPENGINE_CHAT_AUTH": "admin:secret"}
     url = f"http://127.0.0.1:{server.port}"
-    return Terminal(
-        [sys.executable, "-m", "loopengine.local.cli", "chat", "customer-service", "--url", url, *extra], env
-    )
+    argv = [sys.executable, "-m", "loopengine.local.cli", "chat", "customer-service", "--url", url, *extra]
+    return Terminal(argv, env, sigint_ignored=sigint_ignored)
+
+
+def test_ctrl_c_leaves_the_chat_even_when_it_was_started_with_sigint_ignored(server: DevProcess) -> None:
+    """A script's background job (``cmd &``), nohup and some CI runners start it with SIGINT ignored."""
+    term = _chat(server, sigint_ignored=True)
+    try:
+        term.expect("you> ")
+        term.ctrl_c()
+        term.expect("bye", timeout=10)  # the prompt waits with no time limit: only the signal ends it
+        assert term.wait() == 0
+    finally:
+        term.close()
 
 
 def test_chat_approves_inline_then_walks_away_and_the_item_waits_for_http(server: DevProcess) -> None:

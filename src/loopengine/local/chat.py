@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import sys
 from typing import TextIO
 
@@ -352,6 +353,9 @@ def main(
     server_wait: float = SERVER_WAIT_SECONDS,
 ) -> int:
     """``loopengine chat``: wait for the server to answer (up to ``server_wait`` s), then converse."""
+    # Ctrl-C leaves the chat even when it was started with SIGINT ignored (a background job of a
+    # script, nohup): Python then installs no handler, and Ctrl-C would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     client = ChatClient(url, auth)
     try:
         wait_for_server(client, server_wait, lambda line: print(line, flush=True))

@@ -193,6 +193,9 @@ def serve(
     from loopengine.bootstrap import timings
 
     timings(os.environ)  # a malformed setting fails here, once, not in every environment
+    # Ctrl-C (or `kill -INT`) stops it even when it was started with SIGINT ignored, as a script's
+    # `loopengine dev &` is: Python then never installs its handler, and the server would not stop.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     notes = prepare_env(os.environ)
     store = (
         f"DynamoDB table {os.environ['LOOPENGINE_TABLE']}"
