@@ -77,7 +77,8 @@ class Edge:
         """Every stored record, sorted (what "no state change" is checked against)."""
         if self.store == "dynamodb":
             pages = self.client.get_paginator("scan").paginate(TableName=TABLE)
-            return sorted(json.dumps(i, sort_keys=True) for page in pages for i in page["Items"])
+            items = (i for page in pages for i in page["Items"])
+            return sorted(json.dumps(i, sort_keys=True, default=_binary) for i in items)
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True)
         try:
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -155,3 +156,10 @@ def pause(text: str = "refund A-1001", **extra: Any) -> dict[str, Any]:
     status, body = send({"message": text, **extra})
     assert status == 202 and body["status"] == "paused", body
     return body
+
+
+def _binary(value: object) -> str:
+    """A binary attribute (a compressed body) in the dump: its bytes as hex."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    raise TypeError(f"{type(value).__name__} in a stored item")
