@@ -62,7 +62,19 @@ class Terminal:
                 if found is not None:
                     self._seen = found.end()
                     return found
-                raise AssertionError(f"{pattern!r} never appeared; output:\n{self.output}")
+                how = "in time" if left <= 0 else f"before the terminal closed ({self._exit_status()})"
+                raise AssertionError(f"{pattern!r} never appeared {how}; output:\n{self.output}")
+
+    def _exit_status(self) -> str:
+        """How the command ended, if it has (for a failure message)."""
+        for _ in range(20):
+            with contextlib.suppress(ChildProcessError):
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+                if done:
+                    self.status = os.waitstatus_to_exitcode(status)
+                    return f"exit status {self.status}"
+            time.sleep(0.05)
+        return "still running"
 
     def line(self, text: str) -> None:
         """Type ``text`` and Enter."""
