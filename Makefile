@@ -15,7 +15,8 @@ BIN     := $(VENV)/bin
 RUNTIME := $(VENV)/.runtime
 STAMP   := $(VENV)/.installed
 PORT    ?= 8787
-# pytest-xdist workers: one per CPU and one more, for the time tests spend waiting on the servers and
+# pytest-xdist workers (`--dist loadgroup`: tests marked with one xdist_group run on one worker, so one
+# worker imports what only they use): one per CPU and one more, for the time tests spend waiting on the servers and
 # processes they start (measured back to back on 2 cores: 3 workers 212 s, 2 workers 257 s)
 JOBS    ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 STORE   := $${LOOPENGINE_DB:-.loopengine/loopengine.db}
@@ -115,15 +116,15 @@ typecheck: $(STAMP)
 ifeq ($(wildcard $(SAM_STAMP)),)
 pytest: $(STAMP)
 	scripts/ensure_redis.sh
-	$(BIN)/pytest -n $(JOBS) -m "not slow and not sam"
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "not slow and not sam"
 	@$(MAKE) --no-print-directory $(SAM_STAMP)
 	scripts/ensure_chromium.sh
-	$(BIN)/pytest -n $(JOBS) -m "slow or sam"
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "slow or sam"
 else
 pytest: $(STAMP)
 	scripts/ensure_redis.sh
 	scripts/ensure_chromium.sh
-	$(BIN)/pytest -n $(JOBS)
+	$(BIN)/pytest -n $(JOBS) --dist loadgroup
 endif
 
 # lint and the type check first: their verdict comes in seconds, before any test runs

@@ -19,14 +19,16 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
-from mcp.server.mcpserver import MCPServer
 
 from tests.agent_folders import write_agent
 from tests.dev_support import free_port
+
+if TYPE_CHECKING:  # imported when a server is built: collecting the tests that use it stays cheap
+    from mcp.server.mcpserver import MCPServer
 
 TOKEN = "Bearer mcp-secret-7f3a9c1e5b2d"
 Asgi = Any
@@ -48,6 +50,8 @@ class BillingServer:
         self._thread: threading.Thread | None = None
 
     def _build(self) -> MCPServer:
+        from mcp.server.mcpserver import MCPServer
+
         server = MCPServer("billing", log_level="WARNING")
 
         @server.tool(description="Charge the customer's card.")

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
 import pytest
 
@@ -18,6 +17,12 @@ from loopengine.authoring.tools import ASK_USER_SPEC
 from loopengine.domain.errors import FatalModelError, ModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.models.anthropic import AnthropicModel
+
+if TYPE_CHECKING:  # the SDK is imported where a test uses it: collecting this module stays cheap
+    import anthropic
+
+# One worker runs them all, so one pytest-xdist worker pays for importing the SDK (about 2 s of CPU)
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
 
 API_KEY = "sk-ant-test-0123456789-secret"
 Handler = Callable[[httpx2.Request], httpx2.Response]
@@ -119,6 +124,8 @@ def model_for(
     clients: list[anthropic.Anthropic],
 ) -> Callable[..., AnthropicModel]:
     def build(handler: Handler, **options: Any) -> AnthropicModel:
+        import anthropic
+
         transport = httpx2.MockTransport(handler)
         client = anthropic.Anthropic(
             api_key=API_KEY,
@@ -257,6 +264,8 @@ def test_maps_http_errors(
     expected: type[ModelError],
 ) -> None:
     # GIVEN an API that fails with ``status``
+    import anthropic
+
     model = model_for(error_reply(status, kind, "something went wrong"))
 
     # WHEN / THEN the error says what happened, and comes from the SDK's exception
@@ -305,6 +314,8 @@ def test_401_message_hints_at_the_key_and_never_contains_it(
 
 
 def test_connection_error_is_retryable(model_for: Callable[..., AnthropicModel]) -> None:
+    import anthropic
+
     def refuse(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ConnectError("connection refused", request=request)
 
@@ -314,6 +325,8 @@ def test_connection_error_is_retryable(model_for: Callable[..., AnthropicModel])
 
 
 def test_timeout_is_retryable(model_for: Callable[..., AnthropicModel]) -> None:
+    import anthropic
+
     def stall(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ReadTimeout("read timed out", request=request)
 
@@ -326,6 +339,8 @@ def test_sdk_retries_happen_before_an_error_surfaces(
     clients: list[anthropic.Anthropic],
 ) -> None:
     # GIVEN an SDK allowed one retry, and an API overloaded once (asking for a 1 ms wait)
+    import anthropic
+
     http = Recorder()
     answers = iter(
         [error_reply(529, "overloaded_error", "Overloaded", **{"retry-after-ms": "1"}), http.reply]
@@ -362,6 +377,8 @@ def test_missing_credentials_is_fatal(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clients: list[anthropic.Anthropic]
 ) -> None:
     # GIVEN no credentials anywhere the SDK looks (no env, no profile under $HOME)
+    import anthropic
+
     for name in NO_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -381,6 +398,8 @@ def test_broken_profile_is_fatal_when_the_client_is_built_lazily(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # GIVEN a config directory the user chose, holding no profile
+    import anthropic
+
     for name in NO_CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx2
 import pytest
 
@@ -339,6 +338,8 @@ def _request(on_text: Callable[[str], None] | None) -> ModelRequest:
 
 
 def _model(handler: Callable[[httpx2.Request], httpx2.Response]) -> AnthropicModel:
+    import anthropic
+
     client = anthropic.Anthropic(
         api_key=API_KEY, max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
     )

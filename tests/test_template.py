@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.api import ManualArgs, lint, lint_file
-from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
-from samtranslator.translator.transform import transform
 from samtranslator.yaml_helper import yaml_parse
 
 from loopengine.http import secrets
@@ -49,14 +46,22 @@ FUNCTION_SECRETS = {
 }
 
 
-class OfflineManagedPolicyLoader(ManagedPolicyLoader):
-    """Answers the transform's managed-policy lookup without calling IAM."""
+def _offline_policies() -> Any:
+    """A managed-policy loader that answers the transform's lookup without calling IAM.
 
-    def __init__(self) -> None:
-        super().__init__(iam_client=None)  # type: ignore[arg-type]
+    (cfn-lint and the SAM translator are imported by the tests that use them: collecting this
+    module in every pytest-xdist worker stays cheap.)
+    """
+    from samtranslator.translator.managed_policy_translator import ManagedPolicyLoader
 
-    def load(self) -> dict[str, str]:
-        return {}
+    class OfflineManagedPolicyLoader(ManagedPolicyLoader):
+        def __init__(self) -> None:
+            super().__init__(iam_client=None)  # type: ignore[arg-type]
+
+        def load(self) -> dict[str, str]:
+            return {}
+
+    return OfflineManagedPolicyLoader()
 
 
 def _describe(matches: list[Any]) -> str:
@@ -80,7 +85,9 @@ def transformed() -> dict[str, Any]:
     template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/loopengine.zip"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AWS_DEFAULT_REGION", REGION)  # the translator reads the region from boto3
-        result: dict[str, Any] = transform(template, {"AWS::Region": REGION}, OfflineManagedPolicyLoader())
+        from samtranslator.translator.transform import transform
+
+        result: dict[str, Any] = transform(template, {"AWS::Region": REGION}, _offline_policies())
     return result
 
 
@@ -104,6 +111,8 @@ def _http_events() -> dict[str, dict[str, Any]]:
 
 
 def test_cfn_lint_passes_on_the_sam_template() -> None:
+    from cfnlint.api import ManualArgs, lint_file
+
     matches = lint_file(TEMPLATE, config=ManualArgs(regions=[REGION]))
     assert matches == [], _describe(matches)
 
@@ -113,6 +122,8 @@ def test_cfn_lint_passes_on_the_sam_template() -> None:
 
 def test_transformed_template_passes_cfn_lint(transformed: dict[str, Any]) -> None:
     # Circular dependencies only exist after the transform (E3004 catches them here).
+    from cfnlint.api import ManualArgs, lint
+
     matches = lint(json.dumps(transformed), config=ManualArgs(regions=[REGION]))
     assert matches == [], _describe(matches)
 
