@@ -9,7 +9,6 @@ chosen: the SQLite path never imports boto3, the scripted model never imports an
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,8 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.domain.clock import Clock, SystemClock
 from loopengine.domain.errors import ConfigError
+from loopengine.domain.timings import TIMINGS as TIMINGS
+from loopengine.domain.timings import timings as timings
 from loopengine.mcp.agents import McpAgents
 from loopengine.mcp.client import HttpMcpConnector
 
@@ -26,29 +27,6 @@ if TYPE_CHECKING:
     from loopengine.app.engine import Engine
 
 DEFAULT_DB = ".loopengine/loopengine.db"
-TIMINGS = {
-    "lease_seconds": "LOOPENGINE_LEASE_SECONDS",
-    "handoff_grace": "LOOPENGINE_HANDOFF_GRACE_SECONDS",
-    "model_retry_seconds": "LOOPENGINE_MODEL_RETRY_SECONDS",
-}
-"""Runtime timing fields and the variables that override them (local and test use)."""
-
-
-def timings(env: Mapping[str, str]) -> dict[str, float]:
-    """The :data:`TIMINGS` overrides set in ``env``, by Runtime field; ``ConfigError`` if malformed."""
-    out: dict[str, float] = {}
-    for field_name, var in TIMINGS.items():
-        raw = (env.get(var) or "").strip()
-        if not raw:
-            continue
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{var} must be a number of seconds greater than 0, not {raw[:40]!r}")
-        out[field_name] = value
-    return out
 
 
 def open_stores(env: Mapping[str, str], clock: Clock) -> Stores:
