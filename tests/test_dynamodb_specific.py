@@ -12,6 +12,7 @@ import random
 import secrets
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -175,6 +176,29 @@ def test_a_missing_blob_part_is_a_store_error_not_a_wrong_record(dynamo: Dynamo)
 
     with pytest.raises(StoreError, match="incomplete or corrupt"):
         dynamo.stores.checkpoints.get(cp.id)
+
+
+def test_a_corrupt_compressed_body_is_a_store_error_not_a_wrong_record(dynamo: Dynamo) -> None:
+    cp = checkpoint(results_so_far=(ToolResultBlock("toolu_mid", "a result " * 100),))
+    dynamo.stores.checkpoints.create(cp)
+    stored = dynamo.raw(f"CP#{cp.id}", "CP")
+    assert stored is not None and "z" in stored  # 1 KB of JSON: stored compressed
+    for damaged in (stored["z"]["B"][:-8], zlib.compress(b'{"id": ')):  # cut short; not JSON
+        dynamo.client.put_item(TableName=TABLE, Item={**stored, "z": {"B": damaged}})
+        with pytest.raises(StoreError, match="compressed body is corrupt"):
+            dynamo.stores.checkpoints.get(cp.id)
+
+
+def test_an_item_written_before_compression_still_reads(dynamo: Dynamo) -> None:
+    """Items of earlier versions hold their JSON in ``data``: a reader takes both forms."""
+    cp = checkpoint(results_so_far=(ToolResultBlock("toolu_mid", "a result " * 100),))
+    dynamo.stores.checkpoints.create(cp)
+    stored = dynamo.raw(f"CP#{cp.id}", "CP")
+    assert stored is not None
+    old = {k: v for k, v in stored.items() if k != "z"}
+    old["data"] = {"S": zlib.decompress(bytes(stored["z"]["B"])).decode()}
+    dynamo.client.put_item(TableName=TABLE, Item=old)
+    assert dynamo.stores.checkpoints.get(cp.id) == cp
 
 
 def test_an_append_of_more_than_99_messages_is_still_one_transaction(dynamo: Dynamo) -> None:

@@ -49,8 +49,8 @@ def start_method() -> str:
     """How environments start: forked from one warmed process where the platform can, else spawned.
 
     ``forkserver`` (Linux, macOS): a server process imports :mod:`loopengine.local.dev_warm` once
-    and forks every environment from itself, so they start with the engine's modules, the routes'
-    validation and the model SDK loaded. ``spawn`` (elsewhere): each imports them itself.
+    and forks every environment from itself, so they start with the handler's modules and (when
+    turns call Anthropic) the model SDK loaded. ``spawn`` (elsewhere): each imports them itself.
     """
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 

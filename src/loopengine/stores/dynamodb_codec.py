@@ -103,7 +103,12 @@ def inline(item: Item) -> tuple[bool, Any]:
     if "data" in item:
         return True, json.loads(item["data"]["S"])
     if "z" in item:
-        return True, json.loads(zlib.decompress(bytes(item["z"]["B"])))
+        try:
+            return True, json.loads(zlib.decompress(bytes(item["z"]["B"])))
+        except (zlib.error, ValueError) as exc:  # never a wrong record, never a stack trace upstream
+            raise StoreError(
+                f"item {item.get('pk', {}).get('S', '?')}: its compressed body is corrupt"
+            ) from exc
     return False, None
 
 
