@@ -75,6 +75,11 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _ignored_sigint() -> None:
+    """In the child: SIGINT ignored, as a non-interactive shell's background job has it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 WORKERS = 2
 """Environments of a test's ``loopengine dev`` unless its args say ``--workers``: two still serve
 requests side by side, and each environment is a process importing the engine (about half a second
@@ -94,8 +99,12 @@ class DevProcess:
         log: Path | None = None,
         args: tuple[str, ...] = (),
         host: str = "127.0.0.1",
+        *,
+        sigint_ignored: bool = False,
     ) -> None:
         workers = () if "--workers" in args else ("--workers", str(WORKERS))
+        self.sigint_ignored = sigint_ignored
+        """Start it with SIGINT ignored, as a script's ``loopengine dev &`` does (it must still stop)."""
         self.env, self.port, self.log, self.args, self.host = env, port, log, (*workers, *args), host
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -126,7 +135,7 @@ class DevProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_default_sigint,
+                preexec_fn=_ignored_sigint if self.sigint_ignored else _default_sigint,
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

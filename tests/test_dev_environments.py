@@ -14,8 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,8 +24,10 @@ from tests.dev_support import DevProcess, admin_env, free_port, request
 PROBE = """
 import json, sys
 import loopengine.local.dev_warm as warm
+from loopengine.http import root
 print(json.dumps({"failed": warm.FAILED, "sdk": "anthropic" in sys.modules,
-                  "api": "loopengine.http.api" in sys.modules}))
+                  "api": "loopengine.http.api" in sys.modules,
+                  "engine": root._engine is not None or root._registry is not None}))
 """
 
 
@@ -41,9 +41,11 @@ def _warm(**env: str) -> dict[str, object]:
 
 
 def test_the_preload_loads_the_handler_and_the_sdk_only_when_turns_call_anthropic() -> None:
-    assert _warm(ANTHROPIC_API_KEY="sk-never-sent") == {"failed": [], "sdk": True, "api": True}
+    # and no engine, store or agent registry: nothing that holds a connection crosses the fork
+    expected = {"failed": [], "sdk": True, "api": True, "engine": False}
+    assert _warm(ANTHROPIC_API_KEY="sk-never-sent") == expected
     assert _warm(ANTHROPIC_API_KEY="sk-never-sent", LOOPENGINE_MODEL="scripted")["sdk"] is False
-    assert _warm() == {"failed": [], "sdk": False, "api": True}
+    assert _warm() == {**expected, "sdk": False}
 
 
 def test_a_failing_warm_up_step_is_named_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,27 +91,12 @@ def _cmdline(pid: int) -> str:
 
 def test_ctrl_c_stops_dev_even_when_it_was_started_with_sigint_ignored(tmp_path: Path) -> None:
     """``loopengine dev &`` in a script starts it with SIGINT ignored; ``kill -INT`` must still stop it."""
-    port = free_port()
     env = admin_env(tmp_path / "db.sqlite")
-    command = [sys.executable, "-m", "loopengine.local.cli", "dev", "--port", str(port), "--workers", "1"]
-    ignored = partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
-    with subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=ignored
-    ) as proc:
-        try:
-            deadline = time.monotonic() + 60
-            while request_or_none(port) is None:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-
-
-def request_or_none(port: int) -> int | None:
+    server = DevProcess(env, free_port(), args=("--workers", "1"), sigint_ignored=True)
+    server.start()
     try:
-        return request(port, "GET", "/health")[0]
-    except OSError:
-        return None
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(20) == 0
+    finally:
+        server.kill()
