@@ -62,8 +62,11 @@ def _size(item: Item) -> int:
     """An item's size as DynamoDB bills it (names plus values; close enough for string/number/binary)."""
     total = 0
     for name, value in item.items():
-        ((_kind, body),) = value.items()
-        total += len(name) + (len(body) if isinstance(body, bytes | str) else len(json.dumps(body)))
+        ((kind, body),) = value.items()
+        if kind in ("SS", "BS"):  # a set: the sum of its members
+            total += len(name) + sum(len(member) for member in body)
+        else:
+            total += len(name) + (len(body) if isinstance(body, bytes | str) else len(json.dumps(body)))
     return total
 
 

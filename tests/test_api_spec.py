@@ -97,9 +97,10 @@ def _valid_as_sent(case: Any) -> bool:
 
     The test replaces ``Authorization`` (a credential is always sent), a query value of another
     JSON type (``["x"]``, ``0``) goes over the wire as its text, which may match the parameter's
-    pattern, and an empty list is not sent at all. Such a case tests nothing negative; any other
-    invalid part keeps it. (CI found a case whose only invalid parts were an ``Authorization`` of
-    the wrong form beside generated extra headers, and ``tenant=[]``: it was answered 200.)
+    pattern, and an empty list or object is not sent at all (an object goes as its keys). Such a
+    case tests nothing negative; any other invalid part keeps it. (CI found a case whose only
+    invalid parts were an ``Authorization`` of the wrong form beside generated extra headers, and
+    ``tenant=[]``: it was answered 200; then the same with ``tenant={}``.)
     """
     negative = {loc for loc, info in case.meta.components.items() if info.mode is GenerationMode.NEGATIVE}
     if negative - {ParameterLocation.HEADER, ParameterLocation.QUERY}:
@@ -126,10 +127,11 @@ def _parameters(case: Any) -> list[dict[str, Any]]:
 
 def _text_matches(schema: dict[str, Any], value: Any) -> bool:
     """Whether ``value`` as a query string carries it is valid for a ``string | null`` parameter."""
-    values = value if isinstance(value, list) else [value]
+    # a list goes as one value per item, a mapping as its keys (an empty one: not at all)
+    values = list(value) if isinstance(value, list | dict) else [value]
     if values in ([None], []):
         return True  # not sent at all: every query parameter here is optional
-    if len(values) != 1 or isinstance(values[0], dict):
+    if len(values) != 1 or isinstance(values[0], list | dict):
         return False
     text = str(values[0])
     return any(

@@ -7,6 +7,7 @@ items, the requests made) through moto, with fake credentials so nothing can rea
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import random
 import secrets
@@ -31,7 +32,7 @@ from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
-from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, shard_of, sortable
+from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, ZDICT_1, shard_of, sortable
 from loopengine.stores.dynamodb_table import DynamoTable
 from tests.contract import T0, call, checkpoint, item, turn
 from tests.contract.conftest import FAKE_AWS, fake_session, moto_dynamodb
@@ -40,6 +41,7 @@ TABLE = "loopengine-test"
 WHO = DecidedBy("ops@example.com", "http")
 MB = 1_000_000
 DAY = 86_400
+ZDICT_1_SHA256 = "90b35e3d58977c59ed8c409f7edc72fd6da33a639c2c517d5ac6200cadba87b4"
 
 
 @dataclass
@@ -86,7 +88,10 @@ def item_size(found: dict[str, Any]) -> int:
     total = 0
     for name, value in found.items():
         (kind, raw), *_ = value.items()
-        total += len(name) + (len(raw) if kind == "B" else len(str(raw).encode()))
+        if kind in ("SS", "BS"):  # a set: its members
+            total += len(name) + sum(len(m) if kind == "BS" else len(m.encode()) for m in raw)
+        else:
+            total += len(name) + (len(raw) if kind == "B" else len(str(raw).encode()))
     return total
 
 
@@ -159,8 +164,8 @@ def test_only_bodies_past_the_inline_limit_spill_into_parts(dynamo: Dynamo) -> N
 
     inline = dynamo.raw(f"SESSION#{small}", "MSG#0000000000")
     spilled = dynamo.raw(f"SESSION#{large}", "MSG#0000000000")
-    assert inline is not None and "z" in inline and len(inline["z"]["B"]) < 1_000  # compressed
-    assert spilled is not None and not {"data", "z"} & set(spilled)
+    assert inline is not None and "z1" in inline and len(inline["z1"]["B"]) < 1_000  # compressed
+    assert spilled is not None and not {"data", "z", "z1"} & set(spilled)
     assert spilled["parts"] == {"N": "3"}  # 700 KB of JSON in parts of at most PART_SIZE bytes
     assert dynamo.stores.sessions.load(large)[0].text == noise
     assert 2 * PART_SIZE < 2 * INLINE_LIMIT <= 3 * PART_SIZE
@@ -178,27 +183,42 @@ def test_a_missing_blob_part_is_a_store_error_not_a_wrong_record(dynamo: Dynamo)
         dynamo.stores.checkpoints.get(cp.id)
 
 
+def _unpacked(stored: dict[str, Any]) -> bytes:
+    """The JSON of an item compressed with the preset dictionary."""
+    unpacker = zlib.decompressobj(zdict=ZDICT_1)
+    return unpacker.decompress(bytes(stored["z1"]["B"])) + unpacker.flush()
+
+
 def test_a_corrupt_compressed_body_is_a_store_error_not_a_wrong_record(dynamo: Dynamo) -> None:
     cp = checkpoint(results_so_far=(ToolResultBlock("toolu_mid", "a result " * 100),))
     dynamo.stores.checkpoints.create(cp)
     stored = dynamo.raw(f"CP#{cp.id}", "CP")
-    assert stored is not None and "z" in stored  # 1 KB of JSON: stored compressed
-    for damaged in (stored["z"]["B"][:-8], zlib.compress(b'{"id": ')):  # cut short; not JSON
-        dynamo.client.put_item(TableName=TABLE, Item={**stored, "z": {"B": damaged}})
+    assert stored is not None and "z1" in stored  # 1 KB of JSON: stored compressed
+    packer = zlib.compressobj(zdict=ZDICT_1)
+    not_json = packer.compress(b'{"id": ') + packer.flush()
+    for damaged in (stored["z1"]["B"][:-8], not_json):  # cut short; not JSON
+        dynamo.client.put_item(TableName=TABLE, Item={**stored, "z1": {"B": damaged}})
         with pytest.raises(StoreError, match="compressed body is corrupt"):
             dynamo.stores.checkpoints.get(cp.id)
 
 
-def test_an_item_written_before_compression_still_reads(dynamo: Dynamo) -> None:
-    """Items of earlier versions hold their JSON in ``data``: a reader takes both forms."""
+@pytest.mark.parametrize("form", ["data", "z"])
+def test_an_item_written_before_the_dictionary_still_reads(dynamo: Dynamo, form: str) -> None:
+    """Items of earlier versions hold their JSON in ``data`` or ``z`` (no dictionary): a reader takes all."""
     cp = checkpoint(results_so_far=(ToolResultBlock("toolu_mid", "a result " * 100),))
     dynamo.stores.checkpoints.create(cp)
     stored = dynamo.raw(f"CP#{cp.id}", "CP")
     assert stored is not None
-    old = {k: v for k, v in stored.items() if k != "z"}
-    old["data"] = {"S": zlib.decompress(bytes(stored["z"]["B"])).decode()}
+    old = {k: v for k, v in stored.items() if k != "z1"}
+    text = _unpacked(stored)
+    old[form] = {"S": text.decode()} if form == "data" else {"B": zlib.compress(text)}
     dynamo.client.put_item(TableName=TABLE, Item=old)
     assert dynamo.stores.checkpoints.get(cp.id) == cp
+
+
+def test_the_preset_dictionary_never_changes() -> None:
+    """Items hold bodies compressed with it: a changed dictionary would make them unreadable."""
+    assert hashlib.sha256(ZDICT_1).hexdigest() == ZDICT_1_SHA256
 
 
 def test_an_append_of_more_than_99_messages_is_still_one_transaction(dynamo: Dynamo) -> None:
@@ -249,13 +269,13 @@ def test_each_operation_costs_a_known_number_of_requests(dynamo: Dynamo) -> None
         "find_with_turn": {"GetItem": 1, "BatchGetItem": 1},  # the pointer names the turn too
         "replace checkpoint": {"PutItem": 1},
         "list_open": {"Query": 16 + 1, "BatchGetItem": 1},  # every index shard and the key of old
-        "append": {"Query": 1, "TransactWriteItems": 1},  # the length (its last item), then the write
+        "append": {"Query": 1, "PutItem": 1},  # the length (its last item), then its one item
         "load": {"Query": 1},
         "create_turn": {"TransactWriteItems": 1},
         "replace_turn": {"PutItem": 1},
         "session_turns": {"Query": 1, "BatchGetItem": 1},
         "add_event": {"PutItem": 1},
-        "start_call": {"PutItem": 1},
+        "start_call": {"TransactWriteItems": 1},  # its item and the head's claimed set
     }
 
 
@@ -275,7 +295,22 @@ def test_a_lost_compare_and_set_needs_no_second_read(dynamo: Dynamo) -> None:
         dynamo.stores.turns.replace_turn(dataclasses.replace(record, lease_until=T0 + 9))
 
     assert (lost.value.current, lost_turn.value.current) == (winner, turn_winner)
-    assert dynamo.requests == Counter(PutItem=2)
+    # the turn's loser is answered from the later version this process wrote: not even a request
+    assert dynamo.requests == Counter(PutItem=1)
+
+
+def test_a_stale_turn_from_another_process_costs_one_read_and_no_write(dynamo: Dynamo) -> None:
+    record = turn()
+    dynamo.stores.turns.create_turn(record)
+    winner = dynamo.stores.turns.replace_turn(dataclasses.replace(record, lease_until=T0 + 5))
+    elsewhere = open_dynamodb_stores(TABLE, dynamo.clock, client=dynamo.client)
+    dynamo.requests.clear()
+
+    with pytest.raises(VersionConflict) as lost:
+        elsewhere.turns.replace_turn(dataclasses.replace(record, lease_until=T0 + 9))
+
+    assert lost.value.current == winner
+    assert dynamo.requests == Counter(GetItem=1)
 
 
 def test_a_stale_append_is_refused_after_one_read_and_writes_nothing(dynamo: Dynamo) -> None:

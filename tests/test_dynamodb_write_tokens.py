@@ -123,7 +123,7 @@ def test_a_resent_transaction_that_landed_is_ours_with_one_token_on_every_send(r
     stamps = [rig.raw(pk) for pk in ("a", "b")]
     assert all(stored is not None and stored[WRITE_TOKEN] == s(token) for stored in stamps)
 
-    rig.table.transact([rig.table.put_action(thing("c"), ABSENT)])
+    rig.table.transact([rig.table.put_action(thing(pk), ABSENT) for pk in ("c", "d")])
     assert rig.transactions[-1]["ClientRequestToken"] != token  # one token per logical write
 
 

@@ -8,51 +8,61 @@ this module has the turn store and builds the three.
 
 Guarantees, and how:
 
-- A state transition (:meth:`DynamoTurnStore.commit`) is one TransactWriteItems: the turn and/or
-  checkpoint under their version conditions (creates under ``attribute_not_exists``, with one
-  pointer per pendingId), plus its audit events and outbox records (plus a BatchWriteItem of blob
-  parts first, only for a huge record).
+- A state transition (:meth:`DynamoTurnStore.commit`, :mod:`~loopengine.stores.dynamodb_commit`)
+  is one TransactWriteItems, or one PutItem when it writes one item: the turn's head (carrying
+  the transition's events, claims and outcomes in its log, :mod:`~loopengine.stores.dynamodb_heads`)
+  and/or the checkpoint under their version conditions (creates under ``attribute_not_exists``,
+  with one pointer per pendingId), plus its messages and outbox records (plus a BatchWriteItem of
+  blob parts first, only for a huge record).
 - ``replace``/``replace_turn`` are PutItems conditioned on the stored ``version``; the loser gets
-  :class:`~loopengine.domain.errors.VersionConflict` carrying the stored record from ALL_OLD, no second read.
-- An append is one transaction of one item per new message, each created absent: an item at
+  :class:`~loopengine.domain.errors.VersionConflict` carrying the stored record from ALL_OLD, no
+  second read (a turn this process holds a later version of is refused without a request).
+- An append is one write of one item per new message, each created absent: an item at
   ``expected_len`` already there means the history moved (``DynamoSessionStore.append``).
-- ``start_call`` is a PutItem under ``attribute_not_exists``. Reads that feed a compare-and-set are
-  strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox`` (the index) are eventually
-  consistent.
+- A call is claimed at most once: its digest joins the head's ``claimed`` set under
+  ``NOT contains`` (a standalone ``start_call``, with its ``CALL#`` item created absent) or under
+  the head's version and an unchanged set (a transition's claims). Reads that feed a
+  compare-and-set are strongly consistent; only ``list_open``, ``due_turns`` and ``due_outbox``
+  (the index) are eventually consistent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
-from loopengine.app.ports import Change, Committed, Stores
-from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.app.ports import Change, Stores
 from loopengine.domain.clock import Clock
-from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.errors import AlreadyExists, StoreError
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
-from loopengine.stores.dynamodb_codec import key, n
+from loopengine.stores.dynamodb_codec import key, n, unsortable
+from loopengine.stores.dynamodb_commit import DynamoCommits
+from loopengine.stores.dynamodb_heads import (
+    EventGroup,
+    Head,
+    HeadCache,
+    TurnLog,
+    claim_digest,
+    merge_calls,
+    merge_events,
+)
 from loopengine.stores.dynamodb_index import read as read_index
-from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
+from loopengine.stores.dynamodb_items import DynamoStore
 from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     DEFAULT_SHARDS,
-    TRANSACTION_ITEMS,
     Condition,
     ConditionFailed,
     DynamoTable,
     TransactionCancelled,
     count_requests,
     create_table,
-    version_is,
 )
 
 if TYPE_CHECKING:
@@ -69,90 +79,18 @@ __all__ = [
 ]
 
 
-@dataclass
-class _Plan:
-    """One commit's actions and, per action, how to parse the record a failed version condition returns."""
+class DynamoTurnStore(DynamoCommits):
+    """TurnStore on DynamoDB: turns (indexed per session), events, call claims, config snapshots.
 
-    actions: list[Action] = field(default_factory=list)
-    parsers: list[Callable[[JsonDict], Any] | None] = field(default_factory=list)
-    head: int = -1
-    """Where the append's first message action is, when the commit appends messages."""
-    appended: int = 0
-    """How many message actions it has."""
+    A turn's events and calls ride in its head (:mod:`~loopengine.stores.dynamodb_heads`).
+    """
 
-    def add(self, actions: list[Action], parse: Callable[[JsonDict], Any] | None = None) -> None:
-        """Append ``actions``, each read back on failure with ``parse`` (None: a create)."""
-        self.actions += actions
-        self.parsers += [parse] * len(actions)
-
-
-class DynamoTurnStore(DynamoStore):
-    """TurnStore on DynamoDB: turns (indexed per session), events, call claims, config snapshots."""
-
-    def __init__(self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> None:
-        super().__init__(table, clock, ttl_days)
+    def __init__(
+        self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90, heads: HeadCache | None = None
+    ) -> None:
+        super().__init__(table, clock, ttl_days, heads)
         self._configs: set[str] = set()
         """Config hashes this store has written or read: stored for good, never put again."""
-
-    def commit(self, change: Change) -> Committed:
-        """One TransactWriteItems for the whole transition (see :class:`~loopengine.app.ports.Change`).
-
-        A failed version condition becomes VersionConflict carrying that record's ALL_OLD; a taken
-        create key becomes AlreadyExists.
-        """
-        plan, turn, cp = self._plan(change)
-        if len(plan.actions) > TRANSACTION_ITEMS:
-            raise StoreError(
-                f"a state change of turn {change.turn_id} needs more than {TRANSACTION_ITEMS} items"
-            )
-        try:
-            self.table.transact(plan.actions)
-        except TransactionCancelled as lost:
-            self._lost(lost, change, plan)
-        return Committed(turn, cp)
-
-    def _plan(self, change: Change) -> tuple[_Plan, TurnRecord | None, TurnCheckpoint | None]:
-        """The transaction's actions, and the turn and checkpoint as they will be stored."""
-        plan = _Plan()
-        turn: TurnRecord | None = None
-        cp: TurnCheckpoint | None = None
-        if change.new_turn is not None:
-            plan.add(self._create_turn_actions(turn := change.new_turn))
-        if change.turn is not None:
-            turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
-            expected = version_is(change.turn.version)
-            plan.add([self.table.put_action(self._turn_item(turn), expected)], TurnRecord.from_dict)
-            if turn.status is TurnStatus.FINISHED:  # its ACTIVE# entry goes in the same write
-                plan.add([self._unlist_action(turn)])
-        if change.new_checkpoint is not None:
-            plan.add(self._create_checkpoint_actions(cp := change.new_checkpoint))
-        if change.checkpoint is not None:
-            cp = dataclasses.replace(change.checkpoint, version=change.checkpoint.version + 1)
-            expected = version_is(change.checkpoint.version)
-            plan.add([self.table.put_action(self._checkpoint_item(cp), expected)], TurnCheckpoint.from_dict)
-        if change.append is not None:
-            add = change.append
-            plan.head = len(plan.actions)
-            plan.add(appended := self._append_actions(add.session_id, add.messages, add.expected_len))
-            plan.appended = len(appended)
-        if change.events:  # one item for all of a transition's events
-            events = list(change.events) if len(change.events) > 1 else change.events[0]
-            plan.add([self.table.put_action(self._event_item(change.turn_id, events), ABSENT)])
-        for record in change.outbox:
-            plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
-        if change.idempotency is not None:
-            plan.add([self._key_action(change.idempotency)])
-        plan.add([self.table.put_action(self._call_item(c), ABSENT) for c in change.claims])
-        plan.add([{"Put": {"TableName": self.table.name, "Item": self._call_item(c)}} for c in change.calls])
-        return plan, turn, cp
-
-    def _key_action(self, record: IdempotencyRecord) -> Action:
-        """Create the key's item unless an unexpired one holds it (``ttl`` lets DynamoDB drop it later)."""
-        item = self._item(f"IDEM#{record.key}", "IDEM", record.to_dict(), {"ttl": n(int(record.expires_at))})
-        free = Condition(
-            "attribute_not_exists(pk) OR #ttl <= :now", {"#ttl": "ttl"}, {":now": n(int(record.created_at))}
-        )
-        return self.table.put_action(item, free)
 
     def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
         """Take the first free slot: one conditional PutItem per slot tried (usually one)."""
@@ -180,46 +118,35 @@ class DynamoTurnStore(DynamoStore):
         """The record of a scoped idempotency key (one GetItem)."""
         return self._read(f"IDEM#{key}", "IDEM", IdempotencyRecord.from_dict)
 
-    def _lost(self, lost: TransactionCancelled, change: Change, plan: _Plan) -> NoReturn:
-        """Raise what a cancelled commit means: the first failed condition decides."""
-        if plan.head >= 0 and any(lost.failed(i) for i in range(plan.head, plan.head + plan.appended)):
-            add = change.append
-            assert add is not None
-            raise append_conflict(lost, plan.head, plan.appended, add.session_id, add.expected_len) from None
-        for index, parse in enumerate(plan.parsers):
-            if lost.failed(index) and parse is not None:
-                old = lost.old(index)
-                current = parse(self.table.decode(old)) if old else None
-                raise VersionConflict(f"turn {change.turn_id}: a record changed", current=current) from None
-        raise AlreadyExists(f"turn {change.turn_id}: a record to create exists") from lost
-
     def create_turn(self, turn: TurnRecord) -> None:
         """Store the turn and its session index entry in one transaction; AlreadyExists if taken."""
+        actions, head = self._create_turn_actions(turn)
         try:
-            self.table.transact(self._create_turn_actions(turn))
+            self.table.transact(actions)
         except TransactionCancelled as exc:
             raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
+        self.heads.remember(head)
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
-        return self._read(f"TURN#{turn_id}", "TURN", TurnRecord.from_dict)
+        found = self.table.get(f"TURN#{turn_id}", "TURN")
+        return None if found is None else self._turn_of(found)
 
     def replace_turn(self, turn: TurnRecord) -> TurnRecord:
         """Compare-and-set on ``turn.version``; VersionConflict carries the stored record.
 
-        ``session_id`` and ``created_at`` must not change (the session index is written once).
+        ``session_id`` and ``created_at`` must not change (the session index is written once). The
+        same write as a :meth:`commit` of the turn alone (its log and claims stay as they are).
         """
-        stored = dataclasses.replace(turn, version=turn.version + 1)
-        self._compare_and_set(self._turn_item(stored), turn.version, TurnRecord.from_dict)
-        if stored.status is TurnStatus.FINISHED:
-            self._drop_active(stored)
+        stored = self.commit(Change(turn.turn_id, turn=turn)).turn
+        assert stored is not None
         return stored
 
     def session_turns(self, session_id: str) -> list[TurnRecord]:
         """Every turn of a session, oldest first: a consistent Query of the index, then BatchGetItem."""
         ids = [i["turnId"]["S"] for i in self.table.query(f"SESSION#{session_id}", "TURN#")]
         found = self.table.batch_get([key(f"TURN#{turn_id}", "TURN") for turn_id in ids])
-        turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
+        turns = {t.turn_id: t for t in (self._turn_of(i) for i in found)}
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
     def session_owner(self, session_id: str) -> tuple[str, str] | None:
@@ -244,7 +171,7 @@ class DynamoTurnStore(DynamoStore):
         """
         ids = [i["turnId"]["S"] for i in self.table.query(f"SESSION#{session_id}", "ACTIVE#")]
         found = self.table.batch_get([key(f"TURN#{turn_id}", "TURN") for turn_id in ids])
-        turns = {t.turn_id: t for t in (TurnRecord.from_dict(self.table.decode(i)) for i in found)}
+        turns = {t.turn_id: t for t in (self._turn_of(i) for i in found)}
         ordered = [turns[turn_id] for turn_id in ids if turn_id in turns]
         for done in (t for t in ordered if t.status is TurnStatus.FINISHED):
             self._drop_active(done)
@@ -256,7 +183,7 @@ class DynamoTurnStore(DynamoStore):
         A turn moved on since the index was updated is left out after reading it back.
         """
         items = read_index(self.table, "DUE", below=now, limit=limit)
-        found = (TurnRecord.from_dict(self.table.decode(i)) for i in items)
+        found = (self._turn_of(i) for i in items)
         return [t for t in found if t.due_at is not None and t.due_at <= now]
 
     def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
@@ -270,7 +197,7 @@ class DynamoTurnStore(DynamoStore):
         self.table.put(self._outbox_item(record))
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
-        """Append one audit event in one PutItem, ordered by its time.
+        """Append one audit event in one PutItem of its own item, ordered by its time.
 
         Events of one turn come from one writer at a time (its runner or a decider), stamped by
         the clock; equal stamps from this process keep their order through the counter, and the
@@ -279,19 +206,64 @@ class DynamoTurnStore(DynamoStore):
         self.table.put(self._event_item(turn_id, event))
 
     def events(self, turn_id: str) -> list[JsonDict]:
-        """The turn's audit events in the order they were added (a transition's list flattened)."""
-        found: list[JsonDict] = []
-        for item in self.table.query(f"TURN#{turn_id}", "EVENT#"):
-            body = self.table.decode(item)
-            found.extend(body if isinstance(body, list) else [body])
-        return found
+        """The turn's audit events in the order they were added (one consistent Query of its partition)."""
+        groups, _ = self._logs(turn_id)
+        return merge_events(groups)
+
+    def _logs(self, turn_id: str) -> tuple[list[EventGroup], list[CallRecord]]:
+        """Every event group and call record of the turn: its head's log, its flushed logs, its own items."""
+        groups: list[EventGroup] = []
+        calls: list[CallRecord] = []
+        head: Head | None = None
+        for item in self.table.query(f"TURN#{turn_id}"):
+            sk = item["sk"]["S"]
+            if sk == "TURN":
+                head = self._head_of(item)
+            elif sk.startswith("LOG#"):
+                log = TurnLog.from_dict(self.table.decode(item), turn_id)
+                groups += log.groups
+                calls += log.calls
+            elif sk.startswith("EVENT#"):
+                groups.append(_event_group(sk, self.table.decode(item)))
+            elif sk.startswith("CALL#"):
+                calls.append(CallRecord.from_dict(self.table.decode(item)))
+        if head is not None and head.log is not None:
+            groups += head.log.groups
+            calls += head.log.calls
+        return groups, calls
 
     def start_call(self, call: CallRecord) -> bool:
-        """Claim a call: True if this caller created its item, False if it was already there."""
+        """Claim a call on its own: True if this caller claimed it, False if it was claimed before.
+
+        Its record is a ``CALL#`` item created absent; on a turn whose head carries a log, the same
+        transaction adds the call to the head's ``claimed`` set (unless it is there already), the
+        guard a transition's claims are written under.
+        """
+        item = self._call_item(call)
+        found = self.heads.recall_any(call.turn_id)
+        if found is None:
+            stored = self.table.get(f"TURN#{call.turn_id}", "TURN")
+            found = None if stored is None else self._head_of(stored)
+        digest = claim_digest(call.tool_use_id)
         try:
-            self.table.put(self._call_item(call), ABSENT)
-        except ConditionFailed:
+            if found is None or found.log is None:  # no head, or one of the older layout: the item alone
+                self.table.put(item, ABSENT)
+                return True
+            guard = {
+                "Update": {
+                    "TableName": self.table.name,
+                    "Key": key(f"TURN#{call.turn_id}", "TURN"),
+                    "UpdateExpression": "ADD #claimed :claim",
+                    "ConditionExpression": "attribute_exists(pk) AND NOT contains(#claimed, :digest)",
+                    "ExpressionAttributeNames": {"#claimed": "claimed"},
+                    "ExpressionAttributeValues": {":claim": {"BS": [digest]}, ":digest": {"B": digest}},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+            self.table.transact([guard, self.table.put_action(item, ABSENT)])
+        except (ConditionFailed, TransactionCancelled):
             return False
+        self.heads.claimed(call.turn_id, digest)
         return True
 
     def finish_call(self, call: CallRecord) -> None:
@@ -315,10 +287,9 @@ class DynamoTurnStore(DynamoStore):
         raise StoreError(f"call {call.tool_use_id} of turn {call.turn_id} kept changing")
 
     def calls(self, turn_id: str) -> dict[str, CallRecord]:
-        """The turn's call records by toolUseId, in the order they were started."""
-        items = self.table.query(f"TURN#{turn_id}", "CALL#")
-        records = sorted((CallRecord.from_dict(self.table.decode(i)) for i in items), key=_started)
-        return {record.tool_use_id: record for record in records}
+        """The turn's call records by toolUseId (an outcome over its claim), in the order they started."""
+        _, calls = self._logs(turn_id)
+        return merge_calls(calls)
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a snapshot under its hash; a second put of the same hash changes nothing.
@@ -341,16 +312,21 @@ class DynamoTurnStore(DynamoStore):
         return found
 
 
-def _started(call: CallRecord) -> float:
-    return call.started_at
+def _event_group(sk: str, body: JsonDict | list[JsonDict]) -> EventGroup:
+    """The events of an ``EVENT#<t>#<n>#<r>`` item, ordered by the stamp and counter of its key."""
+    parts = sk.split("#")
+    stamp = unsortable(parts[1]) if len(parts) > 1 and len(parts[1]) == 16 else 0.0
+    counter = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
+    return EventGroup(stamp, counter, tuple(body if isinstance(body, list) else [body]))
 
 
 def dynamodb_stores(table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> Stores:
     """The three stores on one table."""
+    heads = HeadCache()
     return Stores(
-        DynamoCheckpointStore(table, clock, ttl_days),
-        DynamoSessionStore(table, clock, ttl_days),
-        DynamoTurnStore(table, clock, ttl_days),
+        DynamoCheckpointStore(table, clock, ttl_days, heads),
+        DynamoSessionStore(table, clock, ttl_days, heads),
+        DynamoTurnStore(table, clock, ttl_days, heads),
         clock,
     )
 

@@ -47,9 +47,8 @@ class DynamoCheckpointStore(DynamoStore):
         turn_id = pointer["turnId"]["S"] if "turnId" in pointer else None
         if turn_id is None:  # a pointer written before pointers named their turn
             cp = self.get(cp_id)
-            return (
-                None if cp is None else (cp, self._read(f"TURN#{cp.turn_id}", "TURN", TurnRecord.from_dict))
-            )
+            stored = None if cp is None else self.table.get(f"TURN#{cp.turn_id}", "TURN")
+            return None if cp is None else (cp, None if stored is None else self._turn_of(stored))
         found = {
             i["pk"]["S"]: i
             for i in self.table.batch_get([key(f"CP#{cp_id}", "CP"), key(f"TURN#{turn_id}", "TURN")])
@@ -58,7 +57,7 @@ class DynamoCheckpointStore(DynamoStore):
             return None
         cp = TurnCheckpoint.from_dict(self.table.decode(found[f"CP#{cp_id}"]))
         turn = found.get(f"TURN#{turn_id}")
-        return cp, None if turn is None else TurnRecord.from_dict(self.table.decode(turn))
+        return cp, None if turn is None else self._turn_of(turn)
 
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""

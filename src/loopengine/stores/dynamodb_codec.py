@@ -1,10 +1,12 @@
 """How records become DynamoDB items: keys, sortable timestamps, and the body codec.
 
 A record's body is its JSON text in one ``data`` string attribute or, when the text is longer than
-``COMPRESS_OVER`` bytes and zlib makes it smaller, that text compressed in one ``z`` binary
-attribute: DynamoDB bills writes per started KB (twice in a transaction) and reads per 4 KB, so a
-checkpoint of 1.3 KB of JSON costs 2 units a write and its ~0.6 KB compressed form 1 (a reader
-accepts either form; items written before compression keep ``data``). DynamoDB refuses items over
+``COMPRESS_OVER`` bytes and zlib makes it smaller, that text compressed in one ``z1`` binary
+attribute (deflate with the preset dictionary :data:`ZDICT_1`; ``z``, without one, is what the
+version before wrote, still read): DynamoDB bills writes per started KB (twice in a
+transaction) and reads per 4 KB, so a checkpoint of 1.3 KB of JSON costs 2 units a write and its
+~0.5 KB compressed form 1 (a reader accepts every form; items written before compression keep
+``data``). DynamoDB refuses items over
 400 KB, so a body whose stored form is longer than ``INLINE_LIMIT`` is cut into content-addressed,
 immutable blob parts of its JSON text (``BLOB#<sha256>`` / ``PART#<i>``, at most ``PART_SIZE``
 bytes each) that are written *before* the item referring to them; that item holds a manifest
@@ -71,6 +73,14 @@ def sortable(x: float) -> str:
     return f"{bits:016x}"
 
 
+def unsortable(text: str) -> float:
+    """The number :func:`sortable` made ``text`` from."""
+    bits = int(text, 16)
+    bits = bits & ~(1 << 63) if bits >> 63 else bits ^ 0xFFFF_FFFF_FFFF_FFFF
+    (x,) = struct.unpack(">d", struct.pack(">Q", bits))
+    return float(x)
+
+
 @dataclass(frozen=True)
 class Encoded:
     """A body ready to store: attributes for the referencing item, blob parts to write first."""
@@ -79,17 +89,46 @@ class Encoded:
     parts: list[Item]
 
 
+ZDICT_1 = (
+    b'{"type":"tool_use","id":"toolu_","name":"","input":{}},{"type":"text","text":""}'
+    b'{"role":"assistant","content":[{"type":"tool_result","tool_use_id":"toolu_","content":"","is_error":true}]}'
+    b'{"role":"user","content":[{"type":"text","text":""}]}'
+    b'"resultsSoFar":[],"outstanding":{"pnd_":{"pendingId":"pnd_","toolUseId":"toolu_","tool":"","args":{},'
+    b'"kind":"approval","argsHash":"sha256:","decidedBy":"user:","decidedAt":,"decision":"deny",'
+    b'"calls":[{"toolUseId":"toolu_","tool":"","startedAt":,"outcome":"ok","result":'
+    b'{"type":"tool_result","tool_use_id":"toolu_","content":""},"finishedAt":}]'
+    b'"events":[{"n":,"e":[{"type":"started","at":,"trigger":"message","configHash":"sha256:"}]},'
+    b'{"type":"model_response","at":,"stopReason":"tool_use","toolUses":[],"text":""},'
+    b'{"type":"tool_outcome","at":,"toolUseId":"toolu_","tool":"","outcome":"ok","idempotencyKey":"le_"},'
+    b'{"type":"paused","at":,"pendingIds":["pnd_"],"checkpointId":"cp_"},'
+    b'{"type":"decided","at":,"pendingId":"pnd_","decision":"approve","edited":false,"comment":null,'
+    b'"decidedBy":"user:","channel":"api"},{"type":"resumed","at":,"claimedFrom":"ready"},'
+    b'{"type":"finished","at":,"stopReason":"end_turn","text":""}'
+    b'{"turnId":"trn_","sessionId":"ses_","agent":"","tenant":"","configHash":"sha256:","startSeq":,'
+    b'"createdAt":,"trigger":"message","status":"running","stopReason":"pending_approval",'
+    b'"checkpointId":"cp_","verdicts":{"toolu_":{"decision":"allow","reason":"rule:  -> allow","rule":0,'
+    b'"approvers":[]},"toolu_":{"decision":"ask","reason":"no rule matched ; default_decision is ask",'
+    b'"rule":null,"approvers":[]}},"leaseUntil":,"scopedSession":true,"runner":"run_","dueAt":,'
+    b'"updatedAt":,"version":,"log":{"events":[{"n":,"e":[{"type":"'
+)
+"""The preset dictionary of ``z1`` bodies: the keys and words loopengine's records repeat (deflate
+finds them here instead of in the body, so a small record compresses about twice as far). Never
+changed: items hold bodies compressed with it. A better one is ``ZDICT_2``, stored as ``z2``."""
+
+
 def encode(value: Any, limit: int = INLINE_LIMIT) -> Encoded:
     """Inline JSON if it fits in ``limit`` bytes, else a manifest plus content-addressed parts.
 
-    Inline JSON longer than ``COMPRESS_OVER`` is stored compressed when that is smaller.
+    Inline JSON longer than ``COMPRESS_OVER`` is stored compressed (``z1``: with :data:`ZDICT_1`)
+    when that is smaller.
     """
     text = json.dumps(value, separators=(",", ":"))  # ASCII only (ensure_ascii), so len() is bytes
     raw = text.encode("ascii")
     if len(text) > COMPRESS_OVER:
-        packed = zlib.compress(raw, 6)
+        packer = zlib.compressobj(9, zdict=ZDICT_1)
+        packed = packer.compress(raw) + packer.flush()
         if len(packed) < len(raw) and len(packed) <= limit:
-            return Encoded({"z": {"B": packed}}, [])
+            return Encoded({"z1": {"B": packed}}, [])
     if len(text) <= limit:
         return Encoded({"data": s(text)}, [])
     digest = hashlib.sha256(raw).hexdigest()
@@ -102,13 +141,18 @@ def inline(item: Item) -> tuple[bool, Any]:
     """``(True, body)`` for an item holding its body inline (compressed or not); ``(False, None)`` else."""
     if "data" in item:
         return True, json.loads(item["data"]["S"])
-    if "z" in item:
-        try:
-            return True, json.loads(zlib.decompress(bytes(item["z"]["B"])))
-        except (zlib.error, ValueError) as exc:  # never a wrong record, never a stack trace upstream
-            raise StoreError(
-                f"item {item.get('pk', {}).get('S', '?')}: its compressed body is corrupt"
-            ) from exc
+    for name, zdict in (("z1", ZDICT_1), ("z", b"")):
+        if name in item:
+            try:
+                unpacker = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
+                text = unpacker.decompress(bytes(item[name]["B"])) + unpacker.flush()
+                if not unpacker.eof:
+                    raise ValueError("cut short")
+                return True, json.loads(text)
+            except (zlib.error, ValueError) as exc:  # never a wrong record, never a stack trace upstream
+                raise StoreError(
+                    f"item {item.get('pk', {}).get('S', '?')}: its compressed body is corrupt"
+                ) from exc
     return False, None
 
 

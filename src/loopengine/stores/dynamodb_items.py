@@ -22,14 +22,19 @@ session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId, tenant
 unfinished turn  ``SESSION#<sid>``  ``ACTIVE#<t createdAt>#<tid>`` turnId (created with the turn,
                                                                   deleted by the write that
                                                                   finishes it)
-turn             ``TURN#<tid>``     ``TURN``                      version, body; while something
-                                                                  is due: gsi1pk ``DUE#<n>``,
+turn (head)      ``TURN#<tid>``     ``TURN``                      version, body (the turn and the
+                                                                  log of its latest transitions),
+                                                                  claimed; while something is
+                                                                  due: gsi1pk ``DUE#<n>``,
                                                                   gsi1sk ``<t dueAt>#<tid>``
+flushed log      ``TURN#<tid>``     ``LOG#<version:012d>``        body (a log the head held)
 audit events     ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body (an event, or the list of
                                                                   one transition's events), ttl
                                                                   (n: this process's event
-                                                                  counter, r: 24 random bits)
-tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl
+                                                                  counter, r: 24 random bits):
+                                                                  events written on their own
+tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl: a call claimed or
+                                                                  finished on its own
 notification     ``TURN#<tid>``     ``OUTBOX#<key>``              body; while undelivered: gsi1pk
                                                                   ``OUTBOX#<n>``, gsi1sk
                                                                   ``<t dueAt>#<key>`` (one per
@@ -38,9 +43,14 @@ config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
 ===============  =================  ============================  ===============================
 
-*body* is ``data`` (the record's JSON), ``z`` (that JSON zlib-compressed, for bodies over 400
-bytes that it shrinks) or, past 350 KB, the manifest ``blob`` + ``parts`` (see
-:mod:`~loopengine.stores.dynamodb_codec`). The index (keys ``gsi1pk``/``gsi1sk``, projecting only
+A transition's events, claims and outcomes ride in the turn's head, flushed to a ``LOG#`` item
+when the head would pass a KB (:mod:`~loopengine.stores.dynamodb_heads`); turns created before
+that layout keep one ``EVENT#`` item per transition and a ``CALL#`` item per call.
+
+*body* is ``data`` (the record's JSON), ``z1`` (that JSON compressed with a preset dictionary,
+for bodies over 400 bytes that it shrinks; ``z``: compressed without one, as written before)
+or, past 350 KB, the manifest ``blob`` + ``parts`` (see :mod:`~loopengine.stores.dynamodb_codec`).
+The index (keys ``gsi1pk``/``gsi1sk``, projecting only
 ``agent``) is sparse: only open checkpoints, due turns and undelivered notifications carry its
 keys, so closing a checkpoint, a turn with nothing due or a delivered notification drops out of
 it. Each family is spread over index shards (``<n>``: a stable hash of the record's id) and read
@@ -52,15 +62,15 @@ A turn's ``dueAt`` is when the sweep should look at it, which a lease renewal le
 (:mod:`loopengine.domain.turn_state`): the entry moves only when the turn enters or leaves the
 due set or its due time changes otherwise, so a heartbeat is one turn write and no index write.
 
-TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: audit events, call
-records and closed checkpoints get ``ttl = now + ttl_days``. DynamoDB deletes such items up to days
-late, so no decision ever depends on it; ``ttl_days`` must outlast any turn that is still open.
+TTL (``ttl_days``, default 90; ``None`` turns it off) is only housekeeping: events and call
+records written as items of their own, and closed checkpoints get ``ttl = now + ttl_days`` (a
+turn's head and flushed logs stay with the turn). DynamoDB deletes such items up to days late, so
+no decision ever depends on it; ``ttl_days`` must outlast any turn that is still open.
 Blob parts are never deleted (they may be shared by content).
 """
 
 from __future__ import annotations
 
-import itertools
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -74,10 +84,12 @@ from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores import dynamodb_index as index
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
+from loopengine.stores.dynamodb_heads import EVENT_COUNTER, HEAD_BUDGET, Head, HeadCache, TurnLog, item_size
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_BUDGET,
     TRANSACTION_ITEMS,
+    Condition,
     ConditionFailed,
     DynamoTable,
     TransactionCancelled,
@@ -87,20 +99,25 @@ from loopengine.stores.dynamodb_table import (
 MAX_APPEND = TRANSACTION_ITEMS - 11
 """Messages one append may store (each is an item of the append's transaction, beside the turn's)."""
 
-_EVENT_COUNTER = itertools.count(1)
-
 R = TypeVar("R")
 DAY = 86_400
 Action = dict[str, Any]
 
 
 class DynamoStore:
-    """What the three stores share: the table, the clock (for ``ttl``), the body codec, the items."""
+    """What the three stores share: the table, the clock (for ``ttl``), the body codec, the items.
 
-    def __init__(self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90) -> None:
+    ``heads``: the turn heads this process read or wrote (:mod:`~loopengine.stores.dynamodb_heads`),
+    one cache for the stores of one table.
+    """
+
+    def __init__(
+        self, table: DynamoTable, clock: Clock, ttl_days: int | None = 90, heads: HeadCache | None = None
+    ) -> None:
         self.table = table
         self.clock = clock
         self.ttl_days = ttl_days
+        self.heads = heads if heads is not None else HeadCache()
 
     def _ttl(self) -> Item:
         if self.ttl_days is None:
@@ -164,13 +181,42 @@ class DynamoStore:
             seq += len(group)
         return actions
 
-    def _create_turn_actions(self, turn: TurnRecord) -> list[Action]:
+    def _create_turn_actions(
+        self, turn: TurnRecord, log: TurnLog | None = None, claimed: frozenset[bytes] = frozenset()
+    ) -> tuple[list[Action], Head]:
+        """Create the head (with ``log``), the session's entry and its active entry; the head as stored."""
         index = key(f"SESSION#{turn.session_key}", f"TURN#{sortable(turn.created_at)}#{turn.turn_id}")
         owner = {"tenant": s(turn.tenant), "agent": s(turn.agent)}  # the session's owner, for session_owner
-        items = [self._turn_item(turn), {**index, "turnId": s(turn.turn_id), **owner}]
+        actions, head = self._head_actions(Head(turn, log or TurnLog(), claimed), ABSENT)
+        items = [{**index, "turnId": s(turn.turn_id), **owner}]
         if turn.status is not TurnStatus.FINISHED:
             items.append({**active_key(turn), "turnId": s(turn.turn_id)})
-        return [self.table.put_action(item, ABSENT) for item in items]
+        return actions + [self.table.put_action(item, ABSENT) for item in items], head
+
+    def _head_of(self, item: Item) -> Head:
+        """The head a stored turn item holds (remembered for the next commit of its turn)."""
+        head = Head.parse(self.table.decode(item), item)
+        self.heads.remember(head)
+        return head
+
+    def _turn_of(self, item: Item) -> TurnRecord:
+        """The turn a stored turn item holds."""
+        return self._head_of(item).turn
+
+    def _head_actions(self, head: Head, condition: Condition) -> tuple[list[Action], Head]:
+        """Put ``head`` under ``condition``; past :data:`HEAD_BUDGET` bytes its log moves to a ``LOG#`` item.
+
+        Returns the actions and the head as they store it.
+        """
+        item = self._head_item(head)
+        if not head.log or item_size(item) <= HEAD_BUDGET:
+            return [self.table.put_action(item, condition)], head
+        turn = head.turn
+        body = head.log.to_dict()
+        flushed = self._item(f"TURN#{turn.turn_id}", f"LOG#{turn.version:012d}", body)  # kept with the turn
+        kept = Head(turn, TurnLog(), head.claimed)
+        put = self.table.put_action(self._head_item(kept), condition)
+        return [put, self.table.put_action(flushed, ABSENT)], kept
 
     def _drop_active(self, turn: TurnRecord) -> None:
         """Drop a finished turn's ``ACTIVE#`` entry on its own (one DeleteItem)."""
@@ -180,18 +226,21 @@ class DynamoStore:
         """Drop a finishing turn's ``ACTIVE#`` entry (no condition: gone already is fine)."""
         return {"Delete": {"TableName": self.table.name, "Key": active_key(turn)}}
 
-    def _turn_item(self, turn: TurnRecord) -> Item:
-        attributes = {"version": n(turn.version)}
+    def _head_item(self, head: Head) -> Item:
+        turn = head.turn
+        attributes: Item = {"version": n(turn.version)}
         if turn.due_at is not None:  # a put replaces the whole item: otherwise unlisted
             attributes |= index.entry("DUE", turn.turn_id, turn.due_at, self.table.shards)
-        return self._item(f"TURN#{turn.turn_id}", "TURN", turn.to_dict(), attributes)
+        if head.claimed:
+            attributes["claimed"] = {"BS": sorted(head.claimed)}
+        return self._item(f"TURN#{turn.turn_id}", "TURN", head.body(), attributes)
 
     def _event_item(self, turn_id: str, event: JsonDict | list[JsonDict]) -> Item:
         """One event, or a transition's events as one item (a list, in order): one item per write."""
         first = event[0] if isinstance(event, list) else event
         at = first.get("at")
         stamp = float(at) if isinstance(at, int | float) else self.clock.now()
-        sk = f"EVENT#{sortable(stamp)}#{next(_EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
+        sk = f"EVENT#{sortable(stamp)}#{next(EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
         return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
 
     def _outbox_item(self, record: OutboxRecord) -> Item:

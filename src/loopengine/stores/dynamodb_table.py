@@ -237,8 +237,10 @@ class DynamoTable:
         The item carries a fresh write token: a condition failing on our own landed write (botocore
         re-sent it) is a success, not a ConditionFailed.
         """
+        self._put_item(item, condition.params() if condition else {})
+
+    def _put_item(self, item: Item, params: dict[str, Any]) -> None:
         token = new_token()
-        params = condition.params() if condition else {}
         try:
             with _errors("PutItem"):
                 self.client.put_item(
@@ -264,10 +266,21 @@ class DynamoTable:
     def transact(self, actions: Sequence[dict[str, Any]]) -> None:
         """All ``actions`` or none; a lost race with another transaction is retried (bounded).
 
+        A single Put is sent as a PutItem (the same all-or-nothing, half the write units); its failed
+        condition is a :class:`TransactionCancelled` like a transaction's.
+
         One token for the whole logical transaction: its ``ClientRequestToken`` on every send, and
         stamped on each item it writes. A cancellation whose failed condition found an item
         carrying that token is this transaction, already applied: a success.
         """
+        if len(actions) == 1 and "Put" in actions[0]:  # one item: a PutItem, half the write units
+            skip = ("TableName", "Item", "ReturnValuesOnConditionCheckFailure")
+            put = {k: v for k, v in actions[0]["Put"].items() if k not in skip}
+            try:
+                self._put_item(actions[0]["Put"]["Item"], put)
+            except ConditionFailed as failed:
+                raise TransactionCancelled([{"Code": "ConditionalCheckFailed", "Item": failed.old}]) from None
+            return
         token = new_token()
         items = cast("Sequence[TransactWriteItemTypeDef]", [stamp_action(a, token) for a in actions])
         for attempt in range(self.max_attempts):
