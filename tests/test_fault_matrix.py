@@ -14,6 +14,7 @@ The matrix is printed (``pytest -s``) and written to ``docs/reliability.md``'s t
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -114,8 +115,16 @@ class Killer:
             raise Crash(f"killed at {name} #{self.nth}")
 
 
-def _engine(stores: Stores, calls: Calls) -> tuple[Engine, LambdaAsync, RecordingNotifier, Any]:
-    cfg = agent("shop", [calls.tool(n) for n in ("lookup", "refund", "email")], RULES)
+def _big(args: dict[str, Any]) -> Any:
+    """A result of 1.5 KB no dictionary shrinks much: every DynamoDB head that holds it flushes its log."""
+    return {"args": args, "blob": random.Random(json.dumps(args)).randbytes(1100).hex()[:1500]}
+
+
+def _engine(
+    stores: Stores, calls: Calls, big: bool = False
+) -> tuple[Engine, LambdaAsync, RecordingNotifier, Any]:
+    fn = _big if big else None
+    cfg = agent("shop", [calls.tool(n, fn=fn) for n in ("lookup", "refund", "email")], RULES)
     script = ScriptedModel.from_list(
         [
             call(use("lookup", {"x": 1}, id="l1"), use("refund", {"x": 2}, id="r1")),
@@ -135,9 +144,9 @@ def _engine(stores: Stores, calls: Calls) -> tuple[Engine, LambdaAsync, Recordin
     return Engine(rt), invoker, notifier, script
 
 
-def _run(stores: Stores, clock: FakeClock, killer: Killer) -> dict[str, Any]:
+def _run(stores: Stores, clock: FakeClock, killer: Killer, big: bool = False) -> dict[str, Any]:
     calls = Calls()
-    engine, invoker, notifier, _ = _engine(stores, calls)
+    engine, invoker, notifier, _ = _engine(stores, calls, big)
     how: list[str] = []
     started, rest_after = clock.now(), None
     with faults.inject(killer):
@@ -212,7 +221,24 @@ def test_a_crash_at_every_point_ends_at_rest_with_nothing_run_twice(
     store: tuple[str, Stores, FakeClock], point: str, nth: int
 ) -> None:
     name, stores, clock = store
-    got = _run(stores, clock, Killer(point, nth))
+    _check(name, _run(stores, clock, Killer(point, nth)), point, nth)
+
+
+@pytest.mark.parametrize(("point", "nth"), CRASHES, ids=[f"{p}#{n}" for p, n in CRASHES])
+def test_with_big_results_every_head_flushes_and_a_crash_still_ends_at_rest(
+    tmp_path: Path, point: str, nth: int
+) -> None:
+    """DynamoDB: 1.5 KB results move each turn head's log to ``LOG#`` items in the writes they ride in."""
+    clock = FakeClock()
+    with make_dynamodb(tmp_path, clock) as stores:
+        got = _run(stores, clock, Killer(point, nth), big=True)
+        table = stores.turns.table  # type: ignore[attr-defined]
+        flushed = [i for i in table.query(f"TURN#{got['turn'].turn_id}") if i["sk"]["S"].startswith("LOG#")]
+    assert len(flushed) >= 2, "the run flushed the head's log (more than once)"
+    _check("dynamodb, big results", got, point, nth)
+
+
+def _check(name: str, got: dict[str, Any], point: str, nth: int) -> None:
 
     assert got["fired"], f"the run never reached {point} #{nth}"
     turn = got["turn"]
@@ -240,9 +266,10 @@ def test_a_crash_at_every_point_ends_at_rest_with_nothing_run_twice(
 def teardown_module() -> None:
     if not MATRIX:
         return
-    print("\n\ncrash point        | sqlite | dynamodb")
+    print("\n\ncrash point        | sqlite | dynamodb | dynamodb, big results")
     for (point, nth), row in sorted(MATRIX.items()):
-        print(f"{point + ' #' + str(nth):18} | {row.get('sqlite', '?')} | {row.get('dynamodb', '?')}")
+        cells = [row.get(name, "?") for name in ("sqlite", "dynamodb", "dynamodb, big results")]
+        print(f"{point + ' #' + str(nth):18} | " + " | ".join(cells))
 
 
 def test_the_bound_uses_the_production_settings() -> None:
