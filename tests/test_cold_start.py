@@ -44,6 +44,9 @@ OTHERS_BUDGET = 10
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""
 CHANNEL_PACKAGES = ("slack", "lark", "magic", "inbox")
 
+pytestmark = pytest.mark.xdist_group("cold-start")
+"""One worker probes each handler's import once for every test here (a probe is a fresh interpreter)."""
+
 _samples: dict[str, Sample] = {}
 
 
@@ -139,12 +142,27 @@ def test_the_pydantic_models_a_handler_imports_have_no_string_annotations(module
     assert found <= STRING_ANNOTATED_OK, sorted(found - STRING_ANNOTATED_OK)
 
 
+_scans: dict[tuple[str, str], list[str]] = {}
+
+
 def _classes_found(code: str, module: str) -> list[str]:
-    """What ``code`` (a template importing ``{module}``) prints as JSON, run in a fresh interpreter."""
+    """What ``code`` (one of the scans above, importing ``{module}``) prints, from a fresh interpreter.
+
+    One interpreter runs every scan of a module (each prints one JSON line), once per worker.
+    """
+    if (code, module) not in _scans:
+        scans = (FROZEN_DATACLASSES, STRING_ANNOTATED_MODELS)
+        for scan, found in zip(scans, _scan(module, scans), strict=True):
+            _scans[(scan, module)] = found
+    return _scans[(code, module)]
+
+
+def _scan(module: str, scans: tuple[str, ...]) -> list[list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(ROOT / "src")
+    code = "\n".join(scan.format(module=module) for scan in scans)
     done = subprocess.run(
-        [sys.executable, "-c", code.format(module=module)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env=env,
@@ -152,8 +170,8 @@ def _classes_found(code: str, module: str) -> list[str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
+    lines = done.stdout.strip().splitlines()[-len(scans) :]
+    return [json.loads(line) for line in lines]
 
 
 def test_the_apis_cold_import_loads_no_channels_request_code() -> None:
