@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from loopengine.app.ports import Change, Stores
+from loopengine.app.ports import Append, Change, Stores
 from loopengine.domain.errors import AlreadyExists
 from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.messages import Message
 from loopengine.domain.turns import CallRecord, TurnRecord
 from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.dynamodb_heads import HEAD_BUDGET
@@ -96,17 +97,25 @@ def test_a_claim_on_its_own_then_in_a_transition_is_refused_and_writes_nothing(
 
 
 @pytest.mark.parametrize("earlier", [0, 1])
+@pytest.mark.parametrize("write", ["PutItem", "TransactWriteItems"])
 def test_a_claim_of_another_call_meanwhile_is_kept_and_the_transition_lands(
-    dynamo: Dynamo, earlier: int
+    dynamo: Dynamo, earlier: int, write: str
 ) -> None:
-    """The head's put rewrites ``claimed``: a claim added since this process read it must survive."""
+    """The head's put rewrites ``claimed``: a claim added since this process read it must survive.
+
+    The transition is the head alone (a PutItem) or the head and a message (a transaction).
+    """
     record = started(dynamo)
     for i in range(earlier):  # the set this process holds is empty, or not
         record = step(dynamo.stores, record, claims=(call(record.turn_id, f"toolu_earlier_{i}"),))
     mine, theirs = call(record.turn_id, "toolu_mine"), call(record.turn_id, "toolu_theirs")
     assert other_process(dynamo).turns.start_call(theirs)
+    message = Append(record.session_id, (Message.user_text("hi"),), 0) if write != "PutItem" else None
+    dynamo.requests.clear()
 
-    stored = step(dynamo.stores, record, event("model_response"), claims=(mine,))
+    stored = step(dynamo.stores, record, event("model_response"), claims=(mine,), append=message)
+
+    assert dynamo.requests[write] == 2  # refused once (the set grew), planned again, landed
 
     assert stored.version == record.version + 1
     assert {"toolu_mine", "toolu_theirs"} <= set(dynamo.stores.turns.calls(record.turn_id))
