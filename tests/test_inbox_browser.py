@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser_support import left_page
 from tests.dev_support import DevProcess, admin_env, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -112,7 +113,6 @@ def test_approve_in_the_inbox_and_see_it_refresh_from_the_turn_events(
 ) -> None:
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     first, second = _park(server), _park(server)
@@ -140,7 +140,7 @@ def test_approve_in_the_inbox_and_see_it_refresh_from_the_turn_events(
     amount.clear()
     amount.send_keys("100")
     card.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
-    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(main))
+    WebDriverWait(browser, 20).until(left_page(main))
     settled = WebDriverWait(
         browser, 20, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
     )

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from loopengine.channels.magic.token import issue_token
+from tests.browser_support import left_page
 from tests.dev_support import DevProcess, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -106,7 +107,6 @@ def _assert_png(path: Path) -> None:
 def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: Any, tmp_path: Path) -> None:
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     # GIVEN a turn parked on the refund, and a magic link for its pending item
@@ -134,7 +134,7 @@ def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: 
     amount.send_keys("100")
     browser.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
     # the form page goes away (its elements turn stale), then the result page is there
-    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(main))
+    WebDriverWait(browser, 20).until(left_page(main))
     settled = WebDriverWait(
         browser, 20, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
     )
