@@ -55,12 +55,12 @@ class _Plan:
 
     actions: list[Action] = field(default_factory=list)
     parsers: list[Callable[[JsonDict], Any] | None] = field(default_factory=list)
-    head: int = -1
+    append_at: int = -1
     """Where the append's first message action is, when the commit appends messages."""
     appended: int = 0
     """How many message actions it has."""
     turn_at: int = -1
-    """Where the turn's compare-and-set is, when the commit writes a turn of the head layout."""
+    """Where the turn's compare-and-set is, when the commit replaces a turn."""
     stored: Head | None = None
     """The turn's head as the commit stores it (remembered once it landed)."""
     claims: frozenset[bytes] = frozenset()
@@ -147,7 +147,7 @@ class DynamoCommits(DynamoStore):
             plan.add([self.table.put_action(self._checkpoint_item(cp), expected)], TurnCheckpoint.from_dict)
         if change.append is not None:
             add = change.append
-            plan.head = len(plan.actions)
+            plan.append_at = len(plan.actions)
             plan.add(appended := self._append_actions(add.session_id, add.messages, add.expected_len))
             plan.appended = len(appended)
         if change.events and not logged:  # one item for all of a transition's events
@@ -191,10 +191,11 @@ class DynamoCommits(DynamoStore):
 
     def _lost(self, lost: TransactionCancelled, change: Change, plan: _Plan) -> NoReturn:
         """Raise what a cancelled commit means: the first failed condition decides."""
-        if plan.head >= 0 and any(lost.failed(i) for i in range(plan.head, plan.head + plan.appended)):
+        first, count = plan.append_at, plan.appended
+        if first >= 0 and any(lost.failed(i) for i in range(first, first + count)):
             add = change.append
             assert add is not None
-            raise append_conflict(lost, plan.head, plan.appended, add.session_id, add.expected_len) from None
+            raise append_conflict(lost, first, count, add.session_id, add.expected_len) from None
         if plan.turn_at >= 0 and lost.failed(plan.turn_at):
             old = lost.old(plan.turn_at)
             stored = None if old is None else self._head_of(old)
