@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +130,7 @@ def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack
     try:
         turn = stack.message("shop")
         r = stack.client()
-        [raw] = r.lrange("shop:approvals", 0, -1)
+        [raw] = _pushed(r, "shop:approvals")
         body = json.loads(raw)
         body["resolveUrl"] = f"http://127.0.0.1:{trap.server_port}/steal"  # where credentials would go
         r.lset("shop:approvals", 0, json.dumps(body))
@@ -145,7 +146,7 @@ def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack
 
         # the second pause's entry, forged in Redis (other arguments, their hash): the decider
         # approves what it was shown, the server refuses (409: not the item's call), nothing runs
-        [raw2] = r.lrange("shop:approvals", 0, -1)
+        [raw2] = _pushed(r, "shop:approvals")  # the resume pauses again and notifies after its write
         forged = json.loads(raw2)
         forged.update(args={"x": 999}, argsHash=args_hash("refund", {"x": 999}))
         r.lset("shop:approvals", 0, json.dumps(forged))
@@ -162,6 +163,14 @@ def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack
     finally:
         trap.shutdown()
         trap.server_close()
+
+
+def _pushed(r: redis.Redis, key: str, timeout: float = 30.0) -> list[bytes]:
+    """The entries of list ``key`` once there is one: the notifier pushes after the write it announces."""
+    deadline = time.monotonic() + timeout
+    while not (found := r.lrange(key, 0, -1)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return list(found)  # type: ignore[arg-type]
 
 
 def test_a_stream_keeps_an_entry_until_the_api_took_it(stack: Stack) -> None:
