@@ -129,8 +129,8 @@ class DynamoTurnStore(DynamoCommits):
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
-        found = self.table.get(f"TURN#{turn_id}", "TURN")
-        return None if found is None else self._turn_of(found)
+        head = self._read_head(turn_id)
+        return None if head is None else head.turn
 
     def replace_turn(self, turn: TurnRecord) -> TurnRecord:
         """Compare-and-set on ``turn.version``; VersionConflict carries the stored record.
@@ -240,10 +240,7 @@ class DynamoTurnStore(DynamoCommits):
         guard a transition's claims are written under.
         """
         item = self._call_item(call)
-        found = self.heads.recall_any(call.turn_id)
-        if found is None:
-            stored = self.table.get(f"TURN#{call.turn_id}", "TURN")
-            found = None if stored is None else self._head_of(stored)
+        found = self.heads.recall(call.turn_id) or self._read_head(call.turn_id)  # its layout
         digest = claim_digest(call.tool_use_id)
         try:
             if found is None or found.log is None:  # no head, or one of the older layout: the item alone

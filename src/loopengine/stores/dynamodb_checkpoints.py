@@ -47,8 +47,10 @@ class DynamoCheckpointStore(DynamoStore):
         turn_id = pointer["turnId"]["S"] if "turnId" in pointer else None
         if turn_id is None:  # a pointer written before pointers named their turn
             cp = self.get(cp_id)
-            stored = None if cp is None else self.table.get(f"TURN#{cp.turn_id}", "TURN")
-            return None if cp is None else (cp, None if stored is None else self._turn_of(stored))
+            if cp is None:
+                return None
+            head = self._read_head(cp.turn_id)
+            return cp, None if head is None else head.turn
         found = {
             i["pk"]["S"]: i
             for i in self.table.batch_get([key(f"CP#{cp_id}", "CP"), key(f"TURN#{turn_id}", "TURN")])

@@ -171,10 +171,9 @@ class DynamoCommits(DynamoStore):
 
         Versions only grow, so a later version this process read or wrote means ``turn`` is stale.
         """
-        head = self.heads.recall_any(turn.turn_id)
+        head = self.heads.recall(turn.turn_id)
         if head is None or head.turn.version < turn.version:  # not held here: read it
-            found = self.table.get(f"TURN#{turn.turn_id}", "TURN")
-            head = None if found is None else self._head_of(found)
+            head = self._read_head(turn.turn_id)
         # a later version held here is stored (or later still): the write would fail, so it is not sent
         if head is None or head.turn.version != turn.version:
             current = None if head is None else head.turn

@@ -39,14 +39,15 @@ from typing import Any
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import CallRecord, TurnRecord
 from loopengine.stores.dynamodb_codec import Item
+from loopengine.stores.dynamodb_tokens import WRITE_TOKEN, new_token
 
 HEAD_BUDGET = 1024
 """Bytes a head may take (its write token included) before its log is flushed: one write unit."""
 CACHE_SIZE = 4096
 """Heads a process remembers (the latest it read or wrote, per turn)."""
-EVENT_COUNTER = itertools.count(1)
+_EVENT_COUNTER = itertools.count(1)
 """This process's event counter: breaks ties between equal stamps (``EVENT#`` keys carry it too)."""
-_TOKEN_BYTES = len("wtok") + 36
+_TOKEN_BYTES = len(WRITE_TOKEN) + len(new_token())
 """What the write token the table stamps on every item adds to it."""
 
 
@@ -68,7 +69,7 @@ class EventGroup:
         """A group written now: stamped by its first event's ``at`` (else ``now``)."""
         at = events[0].get("at") if events else None
         stamp = float(at) if isinstance(at, int | float) and not isinstance(at, bool) else now
-        return EventGroup(stamp, next(EVENT_COUNTER), tuple(events))
+        return EventGroup(stamp, next(_EVENT_COUNTER), tuple(events))
 
     def to_dict(self) -> JsonDict:
         """The stored form (the stamp only where the first event does not carry it)."""
@@ -176,13 +177,7 @@ class HeadCache:
             while len(self._heads) > self._size:
                 self._heads.popitem(last=False)
 
-    def recall(self, turn_id: str, version: int) -> Head | None:
-        """The head of ``turn_id`` at ``version``, if this process holds that one."""
-        with self._lock:
-            head = self._heads.get(turn_id)
-        return head if head is not None and head.turn.version == version else None
-
-    def recall_any(self, turn_id: str) -> Head | None:
+    def recall(self, turn_id: str) -> Head | None:
         """The latest head of ``turn_id`` this process holds, at whatever version."""
         with self._lock:
             return self._heads.get(turn_id)

@@ -84,7 +84,7 @@ from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores import dynamodb_index as index
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, Item, encode, key, n, s, sortable
-from loopengine.stores.dynamodb_heads import EVENT_COUNTER, HEAD_BUDGET, Head, HeadCache, TurnLog, item_size
+from loopengine.stores.dynamodb_heads import HEAD_BUDGET, EventGroup, Head, HeadCache, TurnLog, item_size
 from loopengine.stores.dynamodb_table import (
     ABSENT,
     TRANSACTION_BUDGET,
@@ -193,6 +193,11 @@ class DynamoStore:
             items.append({**active_key(turn), "turnId": s(turn.turn_id)})
         return actions + [self.table.put_action(item, ABSENT) for item in items], head
 
+    def _read_head(self, turn_id: str) -> Head | None:
+        """The stored head of ``turn_id`` (one consistent GetItem), or None."""
+        found = self.table.get(f"TURN#{turn_id}", "TURN")
+        return None if found is None else self._head_of(found)
+
     def _head_of(self, item: Item) -> Head:
         """The head a stored turn item holds (remembered for the next commit of its turn)."""
         head = Head.parse(self.table.decode(item), item)
@@ -237,10 +242,8 @@ class DynamoStore:
 
     def _event_item(self, turn_id: str, event: JsonDict | list[JsonDict]) -> Item:
         """One event, or a transition's events as one item (a list, in order): one item per write."""
-        first = event[0] if isinstance(event, list) else event
-        at = first.get("at")
-        stamp = float(at) if isinstance(at, int | float) else self.clock.now()
-        sk = f"EVENT#{sortable(stamp)}#{next(EVENT_COUNTER):012d}#{secrets.token_hex(3)}"
+        group = EventGroup.of(event if isinstance(event, list) else [event], self.clock.now())
+        sk = f"EVENT#{sortable(group.stamp)}#{group.counter:012d}#{secrets.token_hex(3)}"
         return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
 
     def _outbox_item(self, record: OutboxRecord) -> Item:
