@@ -6,13 +6,14 @@ attribute (deflate with the preset dictionary :data:`ZDICT_1`; ``z``, without on
 version before wrote, still read): DynamoDB bills writes per started KB (twice in a
 transaction) and reads per 4 KB, so a checkpoint of 1.3 KB of JSON costs 2 units a write and its
 ~0.5 KB compressed form 1 (a reader accepts every form; items written before compression keep
-``data``). DynamoDB refuses items over
-400 KB, so a body whose stored form is longer than ``INLINE_LIMIT`` is cut into content-addressed,
-immutable blob parts of its JSON text (``BLOB#<sha256>`` / ``PART#<i>``, at most ``PART_SIZE``
-bytes each) that are written *before* the item referring to them; that item holds a manifest
-instead of the body: ``blob`` (the digest) and ``parts`` (how many). Parts never change, so a
-compare-and-set on the referencing item stays one conditional write, and a reader checks the
-reassembled bytes against the digest.
+``data``).
+
+DynamoDB refuses items over 400 KB, so a body whose stored form is longer than ``INLINE_LIMIT``
+is cut into content-addressed, immutable blob parts of its JSON text (``BLOB#<sha256>`` /
+``PART#<i>``, at most ``PART_SIZE`` bytes each) that are written *before* the item referring to
+them; that item holds a manifest instead of the body: ``blob`` (the digest) and ``parts`` (how
+many). Parts never change, so a compare-and-set on the referencing item stays one conditional
+write, and a reader checks the reassembled bytes against the digest.
 """
 
 from __future__ import annotations
