@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.http import root
 from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness
+from tests.moto_rollback import one_rollback_copy
 
 HANDLER_ENV = {
     "LOOPENGINE_ADMIN_AUTH": "admin:secret",
@@ -106,3 +109,43 @@ def _longest_first(item: pytest.Item) -> tuple[bool, float]:
     """Sort key: long tests first, the longest (``slow(seconds=...)``, a rough figure) before them."""
     marks = [mark for name in LONG_FIRST if (mark := item.get_closest_marker(name)) is not None]
     return (not marks, -max((float(mark.kwargs.get("seconds", 0)) for mark in marks), default=0.0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Test processes parse botocore's data once, and moto copies a table once per transaction.
+
+    Not in pytest-xdist's controller, which runs no test.
+    """
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    _share_botocore_data()
+    config.add_cleanup(_enter(one_rollback_copy()))
+
+
+def _enter(context: AbstractContextManager[Any]) -> Callable[[], None]:
+    """Enter ``context``; the function that leaves it."""
+    context.__enter__()
+    return lambda: context.__exit__(None, None, None) and None
+
+
+def _share_botocore_data() -> None:
+    """Give every new botocore session this process's one data loader (per data path).
+
+    moto starts each ``mock_aws`` on a new default boto3 session, and a new session's loader parses
+    botocore's JSON service models and endpoint data again: about 60 ms of CPU a client, a dozen
+    seconds over the suite. The loader holds only that static data (nothing per account,
+    credential or connection), which is why the product shares it too
+    (:mod:`loopengine.stores.dynamodb_client`); this does the same for the sessions that tests,
+    moto and the AWS notifiers make.
+    """
+    import botocore.loaders
+    import botocore.session
+
+    made: dict[str | None, Any] = {}
+
+    def shared_loader(search_paths: str | None = None) -> Any:
+        if search_paths not in made:
+            made[search_paths] = botocore.loaders.create_loader(search_paths)
+        return made[search_paths]
+
+    botocore.session.create_loader = shared_loader  # type: ignore[assignment]

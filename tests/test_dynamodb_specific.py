@@ -79,8 +79,9 @@ def big_text(size: int, seed: int = 0) -> str:
     """``size`` characters zlib cannot shrink below 3/4 (random letters), some non-ASCII at the end.
 
     The store compresses bodies: text that repeats would fit in one item and never spill."""
-    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    return "".join(random.Random(seed).choices(letters, k=size - 2)) + "é✓"
+    letters = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    uniform = bytes(letters[byte % 64] for byte in range(256))  # each letter from 4 of 256 bytes
+    return random.Random(seed).randbytes(size - 2).translate(uniform).decode("ascii") + "é✓"
 
 
 def item_size(found: dict[str, Any]) -> int:

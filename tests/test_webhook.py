@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -473,3 +474,28 @@ def test_from_env_url_without_secret_is_a_config_error(secret: str | None) -> No
         environ["LOOPENGINE_DEFAULT_WEBHOOK_SECRET"] = secret
     with pytest.raises(ConfigError, match="LOOPENGINE_DEFAULT_WEBHOOK_SECRET is not"):
         from_env(environ, FakeClock())
+
+
+def test_a_process_builds_one_tls_context_for_all_its_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a client TLS context parses the whole CA bundle (tens of ms of CPU): once a process.
+
+    Every channel's POST (webhook, Slack, Lark) goes through ``channels.http.post``.
+    """
+    built: list[int] = []
+    real = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        built.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    clock = FakeClock(T0)
+    with WebhookReceiver(SECRET, clock=clock) as rx:
+        notifier = WebhookNotifier(rx.url, SECRET, clock=clock)
+        for n in range(3):
+            notifier.send(Notification("approval", {"turnId": f"t-{n}"}))
+        delivered = [rx.wait_for("approval", timeout=5) for _ in range(3)]
+
+    assert [hit.payload["turnId"] for hit in delivered] == ["t-0", "t-1", "t-2"]
+
+    assert len(built) <= 1, f"{len(built)} TLS contexts for 3 sends"

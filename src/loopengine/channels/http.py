@@ -1,7 +1,8 @@
 """Outgoing HTTP for the webhook, Slack and Lark channels: one POST, and what its errors may say.
 
 :func:`post` sends one request with a short-lived httpx client (nothing stays open between sends),
-never follows redirects and turns a timeout or a refused connection into
+on the process's one TLS context (:func:`tls_context`), never follows redirects and turns a timeout
+or a refused connection into
 :class:`~loopengine.domain.errors.DeliveryError`. httpx is imported on first send, so importing a channel
 stays cheap for routes that never notify. :class:`HttpNotifier` is what the notifiers built on it
 keep. What the answer means (any 2xx, Slack's ``ok``, Lark's ``code``) stays with each channel.
@@ -14,6 +15,7 @@ the request, its URL and headers) is not chained unless the caller says so.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
@@ -21,11 +23,33 @@ from urllib.parse import SplitResult, urlsplit
 from loopengine.domain.errors import DeliveryError
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 """The hosts plain ``http://`` may go to (local receivers in tests and development)."""
 JSON_UTF8 = "application/json; charset=utf-8"
+
+
+_TLS: list[ssl.SSLContext] = []
+_TLS_LOCK = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The process's one client TLS context, built on first use and shared by every send.
+
+    It is httpx's default: certifi's CAs, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``. Building one
+    parses the whole CA bundle, tens of milliseconds of CPU, which a client per send used to pay
+    each time. A context holds no connection, so threads may share it, and a process forked later
+    (``loopengine dev``'s environments) may inherit it.
+    """
+    with _TLS_LOCK:
+        if not _TLS:
+            import httpx
+
+            _TLS.append(httpx.create_ssl_context())
+        return _TLS[0]
 
 
 def origin(url: str) -> str:
@@ -112,7 +136,10 @@ def post(
     import httpx  # deferred: keep importing a channel cheap
 
     try:
-        with httpx.Client(timeout=timeout, transport=transport, follow_redirects=False) as client:
+        client = httpx.Client(
+            timeout=timeout, transport=transport, follow_redirects=False, verify=tls_context()
+        )
+        with client:
             return client.post(url, content=content, headers=headers)
     except httpx.TimeoutException as exc:
         error = fail(f"{target} timed out after {timeout:g} s ({type(exc).__name__})")

@@ -196,7 +196,10 @@ class ApiResolver:
         params = {"wait": f"{self._wait:g}"} if self._wait else None
         timeout = self._timeout + (self._wait or 0)
         try:
-            with httpx.Client(transport=self._transport, timeout=timeout, follow_redirects=False) as client:
+            client = httpx.Client(
+                transport=self._transport, timeout=timeout, follow_redirects=False, verify=http.tls_context()
+            )
+            with client:
                 response = client.post(self.api_url + path, json=body, headers=headers, params=params)
         except httpx.HTTPError as exc:
             raise ResolveError(f"{path}: no answer ({type(exc).__name__})", None, True) from None
