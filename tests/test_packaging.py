@@ -91,7 +91,7 @@ def test_a_copy_of_the_project_checks_current(tmp_path: Path) -> None:
     [
         ('"boto3>=1.34",', '"boto3>=1.34",\n  "rich>=13",', ["src/requirements.txt", "requirements-dev.txt"]),
         ('"boto3>=1.34",', '"boto3>=99",', ["src/requirements.txt", "requirements-dev.txt"]),
-        ('"pytest>=8.0",', '"pytest>=8.0",\n  "tox",', ["requirements-dev.txt"]),
+        ('"pytest-xdist>=3.5",', '"pytest-xdist>=3.5",\n  "tox",', ["requirements-dev.txt"]),
         ('requires-python = ">=3.11"', 'requires-python = ">=3.12"', list(LOCKS)),
     ],
     ids=["a-new-dependency", "a-tighter-range", "a-new-dev-tool", "another-python"],
