@@ -29,6 +29,9 @@ from loopengine.http import api, resume
 from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_body
 from tests.mcp_support import RULES, TOKEN, BillingServer, write_billing_agent
 
+# One pytest-xdist worker runs them all: one imports the mcp package and starts the billing server
+pytestmark = pytest.mark.xdist_group("mcp")
+
 ALICE = Decider("user:alice", "test")
 BOB = Decider("user:bob", "test")
 CHARGE = {"amount": 12.5, "currency": "USD"}

@@ -31,6 +31,9 @@ from loopengine.domain.errors import ConfigError
 from loopengine.http import root, secrets, snapstart
 from tests.contract.conftest import moto_dynamodb
 
+# With tests/test_model_anthropic.py: one pytest-xdist worker imports the Anthropic SDK (about 2 s of CPU)
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "loopengine-snapstart-test"
 KEY_SECRET = "loopengine/anthropic-key"

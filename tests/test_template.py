@@ -22,6 +22,9 @@ from samtranslator.yaml_helper import yaml_parse
 from loopengine.http import secrets
 from tests.design_routes import DESIGN_ROUTES, PUBLIC_ROUTES
 
+# One pytest-xdist worker runs them all: one loads cfn-lint and the SAM translator and transforms the template
+pytestmark = pytest.mark.xdist_group("template")
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 EVENTS = ROOT / "events"
