@@ -60,24 +60,29 @@ def sam_python() -> Path:
     return path
 
 
-def probe(
+def request(
     template: Path = TEMPLATE,
     overrides: dict[str, str] | None = None,
     disable_authorizer: bool = False,
     env_file: Path | None = None,
 ) -> dict[str, Any]:
-    """What SAM CLI's providers report for ``template`` (tests/sam_cli_probe.py), from a clean shell."""
-    request = {
+    """A question for tests/sam_cli_probe.py about ``template``."""
+    return {
         "template": str(template),
         "cwd": str(ROOT),
         "overrides": overrides or {},
         "disable_authorizer": disable_authorizer,
         "env_file": str(env_file) if env_file else None,
     }
+
+
+def probe(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What SAM CLI's providers report for each of ``requests``, from one SAM CLI interpreter in a
+    clean shell (tests/sam_cli_probe.py)."""
     clean = {"PATH": os.environ.get("PATH", ""), "AWS_CONFIG_FILE": os.devnull}
     clean["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
     proc = subprocess.run(
-        [str(sam_python()), str(ROOT / "tests" / "sam_cli_probe.py"), json.dumps(request)],
+        [str(sam_python()), str(ROOT / "tests" / "sam_cli_probe.py"), json.dumps(requests)],
         cwd=ROOT,
         env=clean,
         capture_output=True,
@@ -86,8 +91,8 @@ def probe(
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    return answer
+    answers: list[dict[str, Any]] = json.loads(proc.stdout.splitlines()[-1])
+    return answers
 
 
 def mounted_routes(answer: dict[str, Any]) -> list[Mounted]:
@@ -97,9 +102,25 @@ def mounted_routes(answer: dict[str, Any]) -> list[Mounted]:
 
 
 @pytest.fixture(scope="module")
-def sam() -> dict[str, Any]:
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """SAM CLI's report on each template these tests ask about: template.yaml with events/env.json,
+    with the JWT authorizer on, and the two broken copies the checks must catch."""
+    tmp = tmp_path_factory.mktemp("sam-templates")
+    broken = {"missing-route": _missing_route_template(), "unmapped": _unmapped_template()}
+    for name, template in broken.items():
+        (tmp / f"{name}.json").write_text(json.dumps(template))
+    requests = {
+        "template": request(env_file=ENV_FILE),
+        "jwt": request(overrides=JWT_ON, disable_authorizer=True),
+        **{name: request(template=tmp / f"{name}.json") for name in broken},
+    }
+    return dict(zip(requests, probe(list(requests.values())), strict=True))
+
+
+@pytest.fixture(scope="module")
+def sam(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """SAM CLI's report on template.yaml with events/env.json."""
-    return probe(env_file=ENV_FILE)
+    return reports["template"]
 
 
 def problems(mounted: list[Mounted]) -> list[str]:
@@ -138,10 +159,11 @@ def test_deploy_md_shows_the_route_table_sam_local_mounts(sam: dict[str, Any]) -
     assert f"```\n{route_table(mounted_routes(sam))}\n```" in (ROOT / "docs" / "deploy.md").read_text()
 
 
-def test_with_the_jwt_authorizer_on_disable_authorizer_mounts_the_same_routes() -> None:
+def test_with_the_jwt_authorizer_on_disable_authorizer_mounts_the_same_routes(
+    reports: dict[str, dict[str, Any]],
+) -> None:
     # SAM CLI emulates no JWT authorizer: with JwtIssuer set, `--disable-authorizer` is needed.
-    mounted = mounted_routes(probe(overrides=JWT_ON, disable_authorizer=True))
-    assert problems(mounted) == []
+    assert problems(mounted_routes(reports["jwt"])) == []
 
 
 def _template() -> dict[str, Any]:
@@ -154,26 +176,17 @@ def _paths(template: dict[str, Any]) -> dict[str, Any]:
     return paths
 
 
-def _probe_template(template: dict[str, Any], tmp_path: Path) -> list[Mounted]:
-    path = tmp_path / "template.json"
-    path.write_text(json.dumps(template))
-    return mounted_routes(probe(template=path))
-
-
-def test_the_check_names_a_missing_route_and_a_route_on_another_function(tmp_path: Path) -> None:
+def _missing_route_template() -> dict[str, Any]:
+    """template.yaml without ``GET /docs``, and ``GET /health`` sent to the resume function."""
     broken = copy.deepcopy(_template())
     del _paths(broken)["/docs"]
     health = _paths(broken)["/health"]["get"]["x-amazon-apigateway-integration"]
     health["uri"] = {"Fn::Sub": health["uri"]["Fn::Sub"].replace("-api:live", "-resume:live")}
-    found = problems(_probe_template(broken, tmp_path))
-    assert "GET /docs: not mounted" in found
-    assert f"GET /health: runs ResumeFunction, not {API_FUNCTION}" in found
-    assert len(found) == 2, found
+    return broken
 
 
-def test_the_check_names_routes_sam_cli_cannot_map_to_a_function(tmp_path: Path) -> None:
-    # The layout this template had before: plain AWS::ApiGatewayV2 routes behind a function
-    # mount nothing (SAM CLI picks its function-event reader and finds no HttpApi events).
+def _unmapped_template() -> dict[str, Any]:
+    """The layout this template had before: plain AWS::ApiGatewayV2 routes behind a function."""
     broken = copy.deepcopy(_template())
     broken["Resources"]["HttpApi"] = {
         "Type": "AWS::ApiGatewayV2::Api",
@@ -183,7 +196,21 @@ def test_the_check_names_routes_sam_cli_cannot_map_to_a_function(tmp_path: Path)
         "Type": "AWS::ApiGatewayV2::Route",
         "Properties": {"ApiId": {"Ref": "HttpApi"}, "RouteKey": "GET /health"},
     }
-    found = problems(_probe_template(broken, tmp_path))
+    return broken
+
+
+def test_the_check_names_a_missing_route_and_a_route_on_another_function(
+    reports: dict[str, dict[str, Any]],
+) -> None:
+    found = problems(mounted_routes(reports["missing-route"]))
+    assert "GET /docs: not mounted" in found
+    assert f"GET /health: runs ResumeFunction, not {API_FUNCTION}" in found
+    assert len(found) == 2, found
+
+
+def test_the_check_names_routes_sam_cli_cannot_map_to_a_function(reports: dict[str, dict[str, Any]]) -> None:
+    # The old layout mounts nothing: SAM CLI picks its function-event reader and finds no HttpApi events.
+    found = problems(mounted_routes(reports["unmapped"]))
     assert len(found) == len(DESIGN_ROUTES)
     assert all(p.endswith(": not mounted") for p in found)
 

@@ -28,6 +28,9 @@ from loopengine.models.anthropic import AnthropicModel
 from tests.handler_support import InstallRoot, load_event, with_auth
 from tests.handler_support import call as http
 
+# With tests/test_model_anthropic.py: one pytest-xdist worker imports the Anthropic SDK (about 2 s of CPU)
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
+
 REGION = "us-east-1"
 
 

@@ -49,6 +49,9 @@ from tests.pty_support import Terminal
 from tests.test_dev_reliability import _env as dev_env
 from tests.test_live_chat import Stream
 
+# With tests/test_model_anthropic.py: one pytest-xdist worker imports the Anthropic SDK (about 2 s of CPU)
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
+
 TEXT = " ".join(f"word{i}" for i in range(24)) + "."
 RULES = {"rules": [{"tool": "peek", "decision": "allow"}], "default_decision": "ask"}
 
