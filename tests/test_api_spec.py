@@ -8,6 +8,7 @@ responses, so drift fails), auth enforced where declared, invalid data rejected.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import urllib.request
@@ -16,12 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
-from schemathesis.core import NOT_SET
-from schemathesis.core.parameters import ParameterLocation
 
 from tests.dev_support import AUTH, DevProcess, admin_env, free_port
 
@@ -35,24 +32,43 @@ HOP_BY_HOP = {"transfer-encoding", "content-length", "connection", "te", "upgrad
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 """What a valid request may answer (schemathesis's default plus 422: an Idempotency-Key already used with
 another body is refused whatever the request's form, so a valid request depends on what came before)."""
-CONFIG = schemathesis.Config.from_dict(
-    {
-        # The test sends its own Authorization: a generated one (valid or not) never goes out, and a
-        # negative case whose only invalid part it was tested nothing (half the negative cases were)
-        "generation": {"with-security-parameters": False},
-        "checks": {
-            "negative_data_rejection": {"expected-statuses": REJECTED},
-            "positive_data_acceptance": {"expected-statuses": ACCEPTED},
-        },
-    }
-)
+CONFIG = {
+    # The test sends its own Authorization: a generated one (valid or not) never goes out, and a
+    # negative case whose only invalid part it was tested nothing (half the negative cases were)
+    "generation": {"with-security-parameters": False},
+    "checks": {
+        "negative_data_rejection": {"expected-statuses": REJECTED},
+        "positive_data_acceptance": {"expected-statuses": ACCEPTED},
+    },
+}
 pytestmark = pytest.mark.xdist_group("openapi-spec")
 """One worker runs the module: one ``loopengine dev``, and schemathesis compiles each of the document's
 patterns once (a ``maxLength: 100000`` pattern takes its regex engine over a second of CPU to refuse)."""
 DOCUMENT = json.loads(DOC.read_text())
 """The committed document as read (schemathesis gets a copy of its own: it may rewrite what it holds)."""
-SCHEMA = schemathesis.openapi.from_dict(json.loads(DOC.read_text()), config=CONFIG)
-OPERATIONS = {op.label: op for op in (result.ok() for result in SCHEMA.get_all_operations())}
+LABELS = sorted(
+    f"{method.upper()} {path}"
+    for path, item in DOCUMENT["paths"].items()
+    for method in item
+    if method in {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+)
+"""Each operation as schemathesis labels it (checked below), read without it: collecting this module in
+a pytest-xdist worker that runs none of its tests then costs no schemathesis import."""
+
+
+@functools.cache
+def operations() -> dict[str, Any]:
+    """schemathesis's operations of the document, by label."""
+    import schemathesis
+
+    schema = schemathesis.openapi.from_dict(
+        json.loads(DOC.read_text()), config=schemathesis.Config.from_dict(CONFIG)
+    )
+    return {op.label: op for op in (result.ok() for result in schema.get_all_operations())}
+
+
+def test_the_labels_are_schemathesiss() -> None:
+    assert sorted(operations()) == LABELS
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +88,16 @@ def test_the_server_serves_the_committed_document(server: DevProcess) -> None:
         assert json.loads(resp.read()) == json.loads(DOC.read_text())
 
 
-@pytest.mark.parametrize("label", sorted(OPERATIONS))
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
-def test_every_operation_conforms_to_the_document(
-    server: DevProcess, label: str, mode: GenerationMode
-) -> None:
+@pytest.mark.parametrize("label", LABELS)
+@pytest.mark.parametrize("mode_name", ["positive", "negative"])
+def test_every_operation_conforms_to_the_document(server: DevProcess, label: str, mode_name: str) -> None:
+    from schemathesis import GenerationMode
+
+    mode = GenerationMode(mode_name)
     base_url = f"http://127.0.0.1:{server.port}"
     seen = []
 
-    @given(case=OPERATIONS[label].as_strategy(generation_mode=mode))
+    @given(case=operations()[label].as_strategy(generation_mode=mode))
     @settings(
         max_examples=MAX_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
@@ -110,6 +127,9 @@ def _valid_as_sent(case: Any) -> bool:
     invalid parts were an ``Authorization`` of the wrong form beside generated extra headers, and
     ``tenant=[]``: it was answered 200; then the same with ``tenant={}``.)
     """
+    from schemathesis import GenerationMode
+    from schemathesis.core.parameters import ParameterLocation
+
     negative = {loc for loc, info in case.meta.components.items() if info.mode is GenerationMode.NEGATIVE}
     if negative - {ParameterLocation.HEADER, ParameterLocation.QUERY}:
         return False
@@ -156,6 +176,8 @@ def _headers(case: Any) -> dict[str, str]:
     ``loopengine dev`` refuses a POST to a JSON route without it (a cross-site request guard), which
     API Gateway never sees; form routes (magic links, Slack) get their own content type.
     """
+    from schemathesis.core import NOT_SET
+
     headers = {"Authorization": AUTH}
     if (
         case.method.upper() == "POST"
@@ -166,11 +188,11 @@ def _headers(case: Any) -> dict[str, str]:
     return headers
 
 
-@pytest.mark.parametrize("label", sorted(OPERATIONS))
+@pytest.mark.parametrize("label", LABELS)
 def test_the_documented_examples_conform(server: DevProcess, label: str) -> None:
     """The document's examples (a real agent, a real message) reach the paths random data misses."""
     base_url = f"http://127.0.0.1:{server.port}"
-    for strategy in OPERATIONS[label].get_strategies_from_examples():
+    for strategy in operations()[label].get_strategies_from_examples():
 
         @given(case=strategy)
         @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
