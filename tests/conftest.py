@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +119,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
     _share_botocore_data()
-    config.add_cleanup(_enter(one_rollback_copy()))
-
-
-def _enter(context: AbstractContextManager[Any]) -> Callable[[], None]:
-    """Enter ``context``; the function that leaves it."""
-    context.__enter__()
-    return lambda: context.__exit__(None, None, None) and None
+    installed = ExitStack()
+    installed.enter_context(one_rollback_copy())
+    config.add_cleanup(installed.close)
 
 
 def _share_botocore_data() -> None:

@@ -49,9 +49,10 @@ _SESSION: list[Any] = []
 def fake_session() -> Any:
     """This process's one boto3 Session, made and first used under :data:`FAKE_AWS`'s credentials.
 
-    A client from a fresh Session costs about 150 ms of CPU (botocore loads its service model and
-    endpoint data again); from this one about 15 ms, and the tests make hundreds. Its credentials
-    are the fake ones, resolved at its first client and kept.
+    The tests make hundreds of clients; from this one each costs about 15 ms of CPU (a fresh Session
+    also resolves credentials and builds its endpoint resolver again; botocore's parsed data is
+    shared per process, see tests/conftest.py). Its credentials are the fake ones, resolved at its
+    first client and kept.
     """
     if not _SESSION:
         import boto3

@@ -14,8 +14,8 @@ the request, its URL and headers) is not chained unless the caller says so.
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
@@ -32,10 +32,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 JSON_UTF8 = "application/json; charset=utf-8"
 
 
-_TLS: list[ssl.SSLContext] = []
-_TLS_LOCK = threading.Lock()
-
-
+@functools.cache
 def tls_context() -> ssl.SSLContext:
     """The process's one client TLS context, built on first use and shared by every send.
 
@@ -44,12 +41,9 @@ def tls_context() -> ssl.SSLContext:
     each time. A context holds no connection, so threads may share it, and a process forked later
     (``loopengine dev``'s environments) may inherit it.
     """
-    with _TLS_LOCK:
-        if not _TLS:
-            import httpx
+    import httpx
 
-            _TLS.append(httpx.create_ssl_context())
-        return _TLS[0]
+    return httpx.create_ssl_context()
 
 
 def origin(url: str) -> str:
