@@ -24,7 +24,7 @@ from bench.cold_import import FLOORS, OURS, Sample, handler_code, probe, third_p
 
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.channels.inbox import render
-from loopengine.http import root, routes_inbox, snapstart
+from loopengine.http import preload, root, routes_inbox
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = sorted(FLOORS)
@@ -178,7 +178,7 @@ def test_the_apis_cold_import_loads_no_channels_request_code() -> None:
     """Slack, Lark, magic links and the inbox load with their routes' first request, not at init."""
     loaded = sample(handler_code("handlers.api")).modules
     assert not [m for m in loaded if m.startswith("loopengine.channels")]
-    assert not set(snapstart.API_ON_FIRST_USE) & loaded
+    assert not set(preload.API_ON_FIRST_USE) & loaded
     assert {f"loopengine.http.routes_{c}" for c in CHANNEL_PACKAGES} <= loaded  # the routes are declared
 
 
@@ -251,7 +251,7 @@ def test_each_channel_route_loads_its_own_code_on_its_first_request_and_no_other
         assert not [m for m in loaded if any(f".{c}" in m for c in others)], (name, sorted(loaded))
         seen |= loaded
     lazy = {m for m in seen if m.startswith("loopengine.http.")}
-    assert lazy == set(snapstart.API_ON_FIRST_USE)  # what the snapshot hook imports is exactly this
+    assert lazy == set(preload.API_ON_FIRST_USE)  # what the snapshot hook imports is exactly this
 
 
 def test_the_snapshot_holds_the_channels_request_code(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_the_snapshot_holds_the_channels_request_code(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert set(snapstart.API_ON_FIRST_USE) <= loaded
+    assert set(preload.API_ON_FIRST_USE) <= loaded
     assert {f"loopengine.channels.{c}" for c in CHANNEL_PACKAGES} <= loaded
 
 

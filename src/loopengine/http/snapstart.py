@@ -23,10 +23,10 @@ before the snapshot
     the api, the OpenAPI document is generated once, which builds every route's request and response
     validation (pydantic) and the Powertools models behind it, then a ``GET /health`` goes through
     the whole resolver, and the channels' request code the routes load on first use (Slack, Lark,
-    magic links, the inbox: :data:`API_ON_FIRST_USE`) is imported; every loopengine pydantic model
-    left to its first use (``defer_build``) is built. A failure here is logged and the engine
-    dropped: the request path reports it as it would without SnapStart, and the version still
-    publishes.
+    magic links, the inbox: :data:`~loopengine.http.preload.API_ON_FIRST_USE`) is imported; every
+    loopengine pydantic model left to its first use (``defer_build``) is built. A failure here is
+    logged and the engine dropped: the request path reports it as it would without SnapStart, and
+    the version still publishes.
 after a restore
     what must differ between environments, or must not outlive the snapshot, is made fresh (AWS
     "Handling uniqueness with Lambda SnapStart"): ``random`` is re-seeded from the OS (the ids use
@@ -47,7 +47,7 @@ import logging
 import os
 import random
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import boto3  # noqa: F401  (the dependencies every invocation in AWS uses, loaded at init)
@@ -56,21 +56,12 @@ from aws_lambda_powertools import Logger, Metrics  # noqa: F401
 from pydantic import BaseModel
 
 from loopengine.domain.errors import LoopengineError
-from loopengine.http import secrets
 
 gc.freeze()  # the objects above live as long as the process: no collection needs to walk them again
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["api", "resume", "schedule"]
-MODEL_KEY = "ANTHROPIC_API_KEY"
-API_ON_FIRST_USE = (
-    "loopengine.http.slack_interactions",
-    "loopengine.http.lark_interactions",
-    "loopengine.http.magic_links",
-    "loopengine.http.inbox_pages",
-)
-"""The api's modules its routes import on their first request (a cold start needs none of them)."""
 
 
 @contextlib.contextmanager
@@ -102,19 +93,12 @@ def init(kind: Kind) -> bool:
     return True
 
 
-def wants_model_sdk(env: Mapping[str, str]) -> bool:
-    """Whether turns here call Anthropic: a key or its secret is configured and the model is not scripted."""
-    if env.get("LOOPENGINE_MODEL") == "scripted":
-        return False
-    return bool(env.get(MODEL_KEY) or env.get(secrets.arn_variable(MODEL_KEY)))
-
-
 def before_snapshot(kind: Kind) -> None:
     """Load and build what the first request of a restored environment would otherwise pay for."""
-    from loopengine.http import root
+    from loopengine.http import preload, root
 
-    if wants_model_sdk(os.environ):
-        warm_model_sdk()
+    if preload.wants_model_sdk(os.environ):
+        preload.warm_model_sdk()
     try:
         root.engine()
         load_agents()
@@ -129,17 +113,6 @@ def before_snapshot(kind: Kind) -> None:
     build_models()
     gc.collect()  # then what the snapshot holds, alive for the environment's life, is left alone
     gc.freeze()
-
-
-def warm_model_sdk() -> None:
-    """Import the Anthropic SDK, then make one client and drop it.
-
-    The first client costs more than the import (the SDK's HTTP stack, parts it loads lazily); no
-    request is sent and no key is read.
-    """
-    anthropic: Any = importlib.import_module("anthropic")
-    importlib.import_module("loopengine.models.anthropic")
-    anthropic.Anthropic(api_key="snapshot-warm-up-never-sent", max_retries=0).close()
 
 
 def load_agents() -> list[str]:
@@ -201,14 +174,13 @@ def warm_api() -> int:
     """Build every route's validation, load the routes' first-use code, resolve ``GET /health``; its status.
 
     The validation is built by generating the OpenAPI document; the first-use code is
-    :data:`API_ON_FIRST_USE`.
+    :data:`~loopengine.http.preload.API_ON_FIRST_USE`.
     """
-    from loopengine.http import openapi
+    from loopengine.http import openapi, preload
     from loopengine.http.api import app
 
     openapi.document(app)
-    for module in API_ON_FIRST_USE:
-        importlib.import_module(module)
+    preload.load_first_use()
     answer = app.resolve(dict(HEALTH_EVENT), _Context())  # type: ignore[arg-type]
     status = int(answer.get("statusCode", 0))
     if status != 200:

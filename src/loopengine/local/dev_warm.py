@@ -10,11 +10,12 @@ engine when it starts (``dev._ignore_interrupts``).
 
 Loaded: the api handler and its routes' first-use modules, and the Anthropic SDK with one client
 made and dropped when turns here call Anthropic (a key is set and the model is not scripted: about
-2 s of CPU that each environment used to pay on its first model call). Route validation and the
-pydantic models left to first use are not built here: a ``loopengine dev`` serving a few requests
-(most do) would pay for all of them. Measured (``--workers 2``, CPU of the whole process tree up
-to a served ``GET /health``): 1.17 s spawning, 0.8 s forked from here; at 4 environments 2.0 s and
-1.0 s.
+2 s of CPU that each environment used to pay on its first model call). Not loaded: boto3, which
+a local store on SQLite never uses (:mod:`loopengine.http.preload`, not the Lambda init module).
+Route validation and the pydantic models left to first use are not built here: a ``loopengine
+dev`` serving a few requests (most do) would pay for all of them. Measured (``--workers 2``, CPU of
+the whole process tree 4 s after ``GET /health`` answered): 1.17 s spawning, 0.8 s forked from
+here, 0.7 s without boto3; at 4 environments 2.0 s, 1.0 s and 0.84 s.
 
 Nothing here may raise: the forkserver imports preloaded modules under ``except ImportError`` only,
 and any other exception would stop it from starting environments at all. A warm-up that fails is
@@ -23,7 +24,6 @@ skipped; the environment then pays for it on first use, as before.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 
@@ -39,18 +39,17 @@ def warm() -> list[str]:
 
 
 def _handler() -> None:
-    from loopengine.http import api, snapstart
+    from loopengine.http import api, preload
 
     assert api.handler is not None
-    for module in snapstart.API_ON_FIRST_USE:
-        importlib.import_module(module)
+    preload.load_first_use()
 
 
 def _model_sdk() -> None:
-    from loopengine.http import snapstart
+    from loopengine.http import preload
 
-    if snapstart.wants_model_sdk(os.environ):
-        snapstart.warm_model_sdk()
+    if preload.wants_model_sdk(os.environ):
+        preload.warm_model_sdk()
 
 
 _STEPS = (("handler", _handler), ("model SDK", _model_sdk))
