@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -104,6 +105,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     test whose mark says ``slow(seconds=N)`` goes before the other long ones, longest first.
     """
     items.sort(key=_longest_first)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made: the cyclic collector never walks it again (about 6 % of CPU).
+
+    The modules, test items, fixtures and strategies made while collecting live until the run ends,
+    yet every full collection walked them all again, and moto's table copies trigger many. The
+    Lambda init freezes its imports for the same reason (:mod:`loopengine.http.snapstart`).
+    Garbage made later is collected as before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _longest_first(item: pytest.Item) -> tuple[bool, float]:
