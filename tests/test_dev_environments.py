@@ -2,10 +2,10 @@
 
 GIVEN the forkserver's preload (:mod:`loopengine.local.dev_warm`), WHEN it is imported in a fresh
 interpreter, THEN the api handler's modules and the routes' first-use code are loaded, the
-Anthropic SDK exactly when turns here call Anthropic, and never boto3 (the local store is SQLite);
-a warm-up step that fails is skipped and named, never raised (the forkserver would stop starting
-environments); and the environments a real ``loopengine dev`` starts are processes forked from
-that preloaded server, which serve requests.
+Anthropic SDK exactly when turns here call Anthropic, never boto3 (the local store is SQLite), and
+the collector is frozen over them; a warm-up step that fails is skipped and named, never raised
+(the forkserver would stop starting environments); and the environments a real ``loopengine dev``
+starts are processes forked from that preloaded server, which serve requests.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from loopengine.local import dev
 from tests.dev_support import DevProcess, admin_env, free_port, request
 
 PROBE = """
-import json, sys
+import gc, json, sys
 import loopengine.local.dev_warm as warm
 from loopengine.http import preload, root
 print(json.dumps({"failed": warm.FAILED, "sdk": "anthropic" in sys.modules,
                   "api": all(m in sys.modules for m in ("loopengine.http.api", *preload.API_ON_FIRST_USE)),
-                  "boto3": "boto3" in sys.modules,
+                  "boto3": "boto3" in sys.modules, "frozen": gc.get_freeze_count() > 10_000,
                   "engine": root._engine is not None or root._registry is not None}))
 """
 
@@ -44,7 +44,7 @@ def _warm(**env: str) -> dict[str, object]:
 
 def test_the_preload_loads_the_handler_and_the_sdk_only_when_turns_call_anthropic() -> None:
     # and no engine, store or agent registry: nothing that holds a connection crosses the fork
-    expected = {"failed": [], "sdk": True, "api": True, "boto3": False, "engine": False}
+    expected = {"failed": [], "sdk": True, "api": True, "boto3": False, "frozen": True, "engine": False}
     assert _warm(ANTHROPIC_API_KEY="sk-never-sent") == expected
     assert _warm(ANTHROPIC_API_KEY="sk-never-sent", LOOPENGINE_MODEL="scripted")["sdk"] is False
     assert _warm() == {**expected, "sdk": False}
