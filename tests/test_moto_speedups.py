@@ -6,10 +6,12 @@ The suite runs with the shortcuts installed (tests/conftest.py); moto's own code
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.contract.conftest import moto_dynamodb
@@ -57,13 +59,22 @@ KEY_TYPES = {
 }
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """One mocked DynamoDB for every example (each example makes the table anew)."""
+    with moto_dynamodb(TABLE) as made:
+        yield made
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     hash_type=st.sampled_from(sorted(KEY_TYPES)),
     range_type=st.sampled_from([None, *sorted(KEY_TYPES)]),
     data=st.data(),
 )
-def test_a_table_lists_its_items_in_motos_order(hash_type: str, range_type: str | None, data: Any) -> None:
+def test_a_table_lists_its_items_in_motos_order(
+    client: Any, hash_type: str, range_type: str | None, data: Any
+) -> None:
     """Numbers in number order (``9`` before ``10``), strings and bytes in byte order, as moto has them."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.dynamodb.models import dynamodb_backends
@@ -78,20 +89,19 @@ def test_a_table_lists_its_items_in_motos_order(hash_type: str, range_type: str 
             max_size=12,
         )
     )
-    with moto_dynamodb(TABLE) as client:
-        client.delete_table(TableName=TABLE)
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": name, "KeyType": role} for name, _, role in keys],
-            AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind, _ in keys],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        for item in items:
-            client.put_item(TableName=TABLE, Item={**item, "v": {"S": "x"}})
-        table = dynamodb_backends[DEFAULT_ACCOUNT_ID][client.meta.region_name].get_table(TABLE)
-        with faster_moto():
-            fast = [i.to_json() for i in table.all_items()]
-        assert fast == [i.to_json() for i in MOTO_OWN["all_items"](table)]
+    client.delete_table(TableName=TABLE)
+    client.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": name, "KeyType": role} for name, _, role in keys],
+        AttributeDefinitions=[{"AttributeName": name, "AttributeType": kind} for name, kind, _ in keys],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for item in items:
+        client.put_item(TableName=TABLE, Item={**item, "v": {"S": "x"}})
+    table = dynamodb_backends[DEFAULT_ACCOUNT_ID][client.meta.region_name].get_table(TABLE)
+    with faster_moto():
+        fast = [i.to_json() for i in table.all_items()]
+    assert fast == [i.to_json() for i in MOTO_OWN["all_items"](table)]
 
 
 def test_a_handler_class_lists_the_same_methods_once() -> None:
