@@ -126,7 +126,8 @@ def _longest_first(item: pytest.Item) -> tuple[bool, float]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Test processes parse botocore's data once; moto copies a table once per transaction, and sorts faster.
+    """Test processes parse botocore's data once; moto copies a table once per transaction, and takes
+    shortcuts that change none of its answers (:mod:`tests.moto_speedups`).
 
     Not in pytest-xdist's controller, which runs no test.
     """

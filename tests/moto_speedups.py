@@ -47,7 +47,7 @@ serializer's ``_serialize_type_structure`` (for the tests)."""
 
 @contextmanager
 def faster_moto() -> Iterator[None]:
-    """Within: the three shortcuts above (see the module's docstring)."""
+    """Within: the four shortcuts above (see the module's docstring)."""
     from moto.core import responses
     from moto.core.serialize import BaseJSONSerializer
     from moto.dynamodb.models.dynamo_type import DynamoType
