@@ -25,11 +25,11 @@ from moto import mock_aws
 
 from bench.meter import Meter, _size  # noqa: F401  (re-exported: their old home)
 from loopengine.app.engine import Engine
-from loopengine.app.resolution import Decider, Resolution
-from loopengine.app.worker import TurnOutcome
+from loopengine.app.outcome import TurnOutcome
+from loopengine.app.request.resolution import Decider, Resolution
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import build_runtime
-from loopengine.domain.clock import SystemClock
+from loopengine.domain.base.clock import SystemClock
 from loopengine.domain.turns import TurnStatus
 from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores
 

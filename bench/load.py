@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.dev_support import DevProcess, free_port, request  # noqa: E402
 
-from loopengine.domain.clock import SystemClock  # noqa: E402
-from loopengine.domain.errors import InvalidInput  # noqa: E402
+from loopengine.domain.base.clock import SystemClock  # noqa: E402
+from loopengine.domain.base.errors import InvalidInput  # noqa: E402
 from loopengine.domain.messages import check_protocol  # noqa: E402
 from loopengine.domain.turns import TurnStatus  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402

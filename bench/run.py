@@ -21,9 +21,9 @@ from tests.harness import Calls, StaticAgents, agent  # noqa: E402
 from bench import cold_import  # noqa: E402
 from loopengine.app.engine import Engine  # noqa: E402
 from loopengine.app.invokers import InlineInvoker  # noqa: E402
-from loopengine.app.resolution import Decider  # noqa: E402
+from loopengine.app.request.resolution import Decider  # noqa: E402
 from loopengine.app.runtime import Runtime  # noqa: E402
-from loopengine.domain.clock import SystemClock  # noqa: E402
+from loopengine.domain.base.clock import SystemClock  # noqa: E402
 from loopengine.models.scripted import ScriptedModel  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
 

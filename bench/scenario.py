@@ -51,9 +51,9 @@ from bench.dynamodb_requests import TABLE, PhaseInvoker, metered_stack  # noqa: 
 from bench.effects import RUNS  # noqa: E402
 from bench.meter import Meter  # noqa: E402
 from loopengine.app.engine import Engine  # noqa: E402
-from loopengine.app.resolution import Decider  # noqa: E402
+from loopengine.app.request.resolution import Decider  # noqa: E402
 from loopengine.authoring.registry import AgentRegistry  # noqa: E402
-from loopengine.domain.ids import new_id  # noqa: E402
+from loopengine.domain.base.ids import new_id  # noqa: E402
 from loopengine.domain.turns import TurnStatus  # noqa: E402
 
 AGENT = "refund-cycle"

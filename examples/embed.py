@@ -24,7 +24,7 @@ from typing import Any
 from loopengine import Engine, Principal, build_engine
 from loopengine.app.invokers import ThreadInvoker
 from loopengine.app.ports import Change, Committed, Stores
-from loopengine.domain.clock import SystemClock
+from loopengine.domain.base.clock import SystemClock
 from loopengine.stores.sqlite import (
     SqliteCheckpointStore,
     SqliteDatabase,

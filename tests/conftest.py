@@ -112,7 +112,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     The modules, test items, fixtures and strategies made while collecting live until the run ends,
     yet every full collection walked them all again, and moto's table copies trigger many. The
-    Lambda init freezes its imports for the same reason (:mod:`loopengine.http.snapstart`).
+    Lambda init freezes its imports for the same reason (:mod:`loopengine.http.functions.snapstart`).
     Garbage made later is collected as before.
     """
     gc.collect()

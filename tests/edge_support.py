@@ -20,7 +20,7 @@ from loopengine.app.invokers import InlineInvoker
 from loopengine.app.ports import ModelRequest, ModelResponse, Stores
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.tools import ASK_USER
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.messages import ToolResultBlock
 from loopengine.http import api, root
 from loopengine.models.scripted import ScriptedModel, call, say, use

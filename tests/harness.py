@@ -18,8 +18,8 @@ from loopengine.app.ports import ModelClient, Notification, ResumeInvoker
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import Tool, ToolFn
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import NotFound
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import NotFound
 from loopengine.domain.gate import RuleSet
 from loopengine.stores.sqlite import open_sqlite_stores
 

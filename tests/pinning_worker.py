@@ -14,8 +14,8 @@ import sys
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
-from loopengine.app.resolution import Decider
-from loopengine.app.worker import TurnOutcome
+from loopengine.app.outcome import TurnOutcome
+from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import build_runtime
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from loopengine.app.invokers import InlineInvoker
 from loopengine.authoring.registry import AgentRegistry
-from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.base.errors import AgentUnavailable
 from loopengine.http import api
 from tests.agent_folders import AGENT_YAML, RULES_YAML, TOOLS_PY, calls, write_agent
 from tests.handler_support import InstallRoot, call, load_event, with_body

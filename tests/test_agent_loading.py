@@ -11,10 +11,10 @@ from loopengine.authoring.agent_schema import CHANNELS, EVENTS
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import ASK_USER
 from loopengine.channels.base import CHANNELS as NOTIFY_CHANNELS
-from loopengine.domain.errors import AgentUnavailable, NotFound
+from loopengine.domain.base.errors import AgentUnavailable, NotFound
+from loopengine.domain.base.yaml_lines import Problem
 from loopengine.domain.gate import OPS, Decision
 from loopengine.domain.rules import Op
-from loopengine.domain.yaml_lines import Problem
 from tests.agent_folders import AGENT_YAML, RULES_YAML, TOOLS_PY, write_agent
 
 CUSTOMER_SERVICE_HASH = "sha256:2cd5c792b4b7052750ea74a453ba604df83e4a1cb716f283bf2bd15148ad2d7c"

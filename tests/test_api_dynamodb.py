@@ -21,9 +21,10 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
-from loopengine.domain.errors import VersionConflict
+from loopengine.domain.base.errors import VersionConflict
 from loopengine.domain.messages import Message, check_protocol
-from loopengine.http import api, resume, root
+from loopengine.http import api, root
+from loopengine.http.functions import resume
 from loopengine.stores.dynamodb import DynamoCheckpointStore
 from tests.contract.conftest import moto_dynamodb
 from tests.handler_support import FakeContext, call, load_event, with_auth, with_body

@@ -10,7 +10,8 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
-from loopengine.http import api, resume, schedule
+from loopengine.http import api
+from loopengine.http.functions import resume, schedule
 from tests.handler_support import (
     PLACEHOLDER_TURN,
     FakeContext,

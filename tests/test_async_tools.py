@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopengine import Tool, ToolContext, tool_from_model
-from loopengine.app.batch import run_call
-from loopengine.app.tool_calls import GRACE
+from loopengine.app.worker.batch import run_call
+from loopengine.app.worker.tool_calls import GRACE
 from loopengine.domain.messages import ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnStatus

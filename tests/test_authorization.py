@@ -22,13 +22,13 @@ from urllib.parse import urlencode
 import pytest
 
 from loopengine.app.ports import ModelRequest, ModelResponse
+from loopengine.channels.lark import routes as lark_route
 from loopengine.channels.magic import token as magic
+from loopengine.channels.slack import routes as slack_route
 from loopengine.channels.slack.interact import sign_slack
-from loopengine.domain.ids import session_key
+from loopengine.domain.base.ids import session_key
 from loopengine.domain.messages import Message
 from loopengine.http import api, auth, root
-from loopengine.http import routes_lark as lark_route
-from loopengine.http import routes_slack as slack_route
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests import lark_support

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.dynamodb_items import active_key

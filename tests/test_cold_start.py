@@ -24,7 +24,9 @@ from bench.cold_import import FLOORS, OURS, Sample, handler_code, probe, third_p
 
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.channels.inbox import render
-from loopengine.http import preload, root, routes_inbox
+from loopengine.channels.inbox import routes as routes_inbox
+from loopengine.http import root
+from loopengine.http.functions import preload
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = sorted(FLOORS)
@@ -36,9 +38,11 @@ NOT_AT_IMPORT = (
     "loopengine.models.anthropic",
     "loopengine.local",
 )
-OURS_BUDGET = {"handlers.api": 90, "handlers.resume": 75, "handlers.schedule": 75}
+OURS_BUDGET = {"handlers.api": 105, "handlers.resume": 85, "handlers.schedule": 85}
 """At most this many of the project's own modules per handler import (85, 71, 71 when written; 107 for
-the api before its channel routes loaded their code on first use)."""
+the api before its channel routes loaded their code on first use; 96 for the api once app/ was split
+into request/ and worker/ and domain/ gained base/: three package modules, and lifecycle's five parts;
+102 once the channels' routes moved into their channel packages: those packages' ``__init__``s)."""
 OTHERS_BUDGET = 10
 """At most this many other modules beyond the floor (5 or 6 when written: difflib, gc, pieces of
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""
@@ -177,9 +181,12 @@ def _scan(module: str, scans: tuple[str, ...]) -> list[list[str]]:
 def test_the_apis_cold_import_loads_no_channels_request_code() -> None:
     """Slack, Lark, magic links and the inbox load with their routes' first request, not at init."""
     loaded = sample(handler_code("handlers.api")).modules
-    assert not [m for m in loaded if m.startswith("loopengine.channels")]
+    declared = {"loopengine.channels"} | {
+        f"loopengine.channels.{c}{part}" for c in CHANNEL_PACKAGES for part in ("", ".routes")
+    }
+    assert not [m for m in loaded if m.startswith("loopengine.channels") and m not in declared]
     assert not set(preload.API_ON_FIRST_USE) & loaded
-    assert {f"loopengine.http.routes_{c}" for c in CHANNEL_PACKAGES} <= loaded  # the routes are declared
+    assert {f"loopengine.channels.{c}.routes" for c in CHANNEL_PACKAGES} <= loaded  # the routes are declared
 
 
 FIRST_REQUESTS = (
@@ -227,8 +234,8 @@ def first_requests(tmp_path: Path) -> dict[str, dict[str, Any]]:
 
 def channel_code(modules: list[str]) -> set[str]:
     """The channels' request code among ``modules``: any of ``loopengine.http`` (at init the api has
-    loaded every other), and the channel packages the routes use."""
-    packages = tuple(f"loopengine.channels.{c}" for c in CHANNEL_PACKAGES)
+    loaded every other), and the channel packages' modules the routes use."""
+    packages = tuple(f"loopengine.channels.{c}." for c in CHANNEL_PACKAGES)
     return {m for m in modules if m.startswith(("loopengine.http.", *packages))}
 
 
@@ -250,7 +257,8 @@ def test_each_channel_route_loads_its_own_code_on_its_first_request_and_no_other
         others = [c for c in CHANNEL_PACKAGES if c not in (channel, "magic")]  # the inbox reuses magic's form
         assert not [m for m in loaded if any(f".{c}" in m for c in others)], (name, sorted(loaded))
         seen |= loaded
-    lazy = {m for m in seen if m.startswith("loopengine.http.")}
+    lazy = {m for m in seen if m.rsplit(".", 1)[-1] in ("pages", "links", "interactions")}
+    lazy -= {"loopengine.channels.magic.pages"}  # magic's HTML renderer, which its links load
     assert lazy == set(preload.API_ON_FIRST_USE)  # what the snapshot hook imports is exactly this
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loopengine.app.invokers import RecordingInvoker
-from loopengine.app.resolution import Decider, Resolution
+from loopengine.app.request.resolution import Decider, Resolution
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import result_text

@@ -25,7 +25,8 @@ from tests.dev_support import DevProcess, admin_env, free_port, request
 PROBE = """
 import gc, json, sys
 import loopengine.local.dev_warm as warm
-from loopengine.http import preload, root
+from loopengine.http import root
+from loopengine.http.functions import preload
 print(json.dumps({"failed": warm.FAILED, "sdk": "anthropic" in sys.modules,
                   "api": all(m in sys.modules for m in ("loopengine.http.api", *preload.API_ON_FIRST_USE)),
                   "boto3": "boto3" in sys.modules, "frozen": gc.get_freeze_count() > 10_000,

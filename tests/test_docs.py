@@ -231,7 +231,7 @@ def test_deploy_parameter_table_is_the_templates() -> None:
 def test_figures_in_the_docs_are_the_codes() -> None:
     from loopengine.channels import signing
     from loopengine.channels.slack import interact
-    from loopengine.domain import limits
+    from loopengine.domain.base import limits
     from loopengine.http import secrets
     from loopengine.local import dev_guard, dev_http
 
@@ -253,7 +253,7 @@ def test_figures_in_the_docs_are_the_codes() -> None:
 
 
 def test_limits_table_is_limits_py() -> None:
-    from loopengine.domain import limits
+    from loopengine.domain.base import limits
 
     rows = {ticked(r[0])[0]: float(r[1]) for r in table(section(text(DOCS / "http-api.md"), "## Limits"))}
     code = {name: float(getattr(limits, name)) for name in dir(limits) if name.isupper()}

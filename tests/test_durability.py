@@ -13,9 +13,9 @@ import pytest
 
 from loopengine.app import faults, views
 from loopengine.app.ports import Change, Committed, ModelRequest, ModelResponse
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
-from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.base.errors import FatalModelError, RetryableModelError
 from loopengine.domain.turns import CallRecord, StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -216,11 +216,12 @@ def test_crash_after_a_denial_was_recorded_still_finishes_denied() -> None:
         out = h.engine.send_message("shop", "refund")
         with die_at("decided"), pytest.raises(Crash):
             h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER)
-        assert turn(h, out.turn_id).status is TurnStatus.READY  # durably ready, never stuck
+        # the decision's own write closed the batch and finished the turn: nothing is left to recover
+        assert turn(h, out.turn_id).status is TurnStatus.FINISHED
         assert h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER).already_resolved
 
         h.clock.advance(PAST_LEASE)
-        assert h.engine.sweep().recovered == 1
+        assert h.engine.sweep().recovered == 0
 
         assert turn(h, out.turn_id).stop_reason is StopReason.DENIED
         assert len(model.requests) == 1, "the model was called after a denial"
@@ -481,7 +482,7 @@ def test_a_model_that_keeps_failing_ends_the_turn_with_error_after_the_bounded_r
 
 
 def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Path) -> None:
-    from loopengine.domain.errors import ConfigError
+    from loopengine.domain.base.errors import ConfigError
     from loopengine.models.scripted import ScriptedModel, call, use
     from tests.harness import Calls, agent, make_harness
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from loopengine.app.ports import Append, Change, Stores
-from loopengine.domain.errors import AlreadyExists
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.errors import AlreadyExists
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import CallRecord, TurnRecord
 from loopengine.stores.dynamodb import open_dynamodb_stores

@@ -30,9 +30,9 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores

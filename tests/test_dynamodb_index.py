@@ -22,8 +22,8 @@ from loopengine.app.ports import Stores
 from loopengine.bootstrap import open_stores
 from loopengine.domain import outbox
 from loopengine.domain import turn_state as ts
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.turns import TurnRecord, TurnStatus
 from loopengine.stores.dynamodb import DynamoTurnStore, open_dynamodb_stores
 from loopengine.stores.dynamodb_codec import shard_of, sortable

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from loopengine.app.ports import Append, Change, Stores
 from loopengine.domain import checkpoint as transitions
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.decisions import DecidedBy
-from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
-from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, ZDICT_1, shard_of, sortable

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import ASK_USER
-from loopengine.domain.errors import Forbidden, InvalidInput, WrongKind
+from loopengine.domain.base.errors import Forbidden, InvalidInput, WrongKind
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -287,7 +287,7 @@ def test_a_resumed_turn_pauses_again_on_a_new_approval() -> None:
 
 
 def test_argshash_mismatch_decides_nothing() -> None:
-    from loopengine.domain.errors import Conflict
+    from loopengine.domain.base.errors import Conflict
 
     calls = Calls()
     with scenario(refund_agent(calls), model=refund_model()) as h:

@@ -26,9 +26,9 @@ import pytest
 from loopengine.app import faults
 from loopengine.app.engine import Engine
 from loopengine.app.ports import Stores
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.messages import check_protocol
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.gate import Decision, RuleSet
 
 ARGS: dict[str, Any] = {

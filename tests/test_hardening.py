@@ -20,10 +20,10 @@ from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker, RecordingInvoker
 from loopengine.channels.magic.token import issue_token
 from loopengine.channels.signing import sign, verify_webhook
+from loopengine.channels.slack import routes as slack_handler
 from loopengine.channels.slack.interact import parse_interaction, sign_slack
 from loopengine.channels.webhook.verify import WebhookReceiver
 from loopengine.http import api, root
-from loopengine.http import routes_slack as slack_handler
 from loopengine.http.observability import logger as powertools_logger
 from tests.handler_support import FakeContext, InstallRoot, load_event, with_auth, with_body
 from tests.handler_support import call as http

@@ -609,7 +609,7 @@ def test_the_sample_events_run_with_the_env_files_key(
 
 
 def test_the_documented_figures_are_the_codes() -> None:
-    from loopengine.http import routes_inbox
+    from loopengine.channels.inbox import routes as routes_inbox
 
     http_api = " ".join((ROOT / "docs" / "http-api.md").read_text().split())
     script = (ROOT / "src" / "loopengine" / "channels" / "inbox" / "static" / "inbox.js").read_text()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.ids import new_id
 from loopengine.http import api
 from tests.edge_support import STORES, Edge, installed, message_event, pause, send
 from tests.handler_support import call as http

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from loopengine.channels.magic.token import SECRET_ENV as MAGIC_SECRET_ENV
 from loopengine.channels.magic.token import issue_token
+from loopengine.channels.slack import routes as slack_handler
 from loopengine.channels.slack.interact import sign_slack
-from loopengine.domain import jsonsafe
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base import jsonsafe
+from loopengine.domain.base.errors import InvalidInput
 from loopengine.http import api
-from loopengine.http import routes_slack as slack_handler
 from tests.edge_support import Edge, installed, pause, send
 from tests.handler_support import FakeContext, load_event
 

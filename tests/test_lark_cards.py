@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from loopengine.app.ports import Notification
 from loopengine.authoring.tools import ASK_USER
 from loopengine.channels import base as channels
+from loopengine.channels.lark import routes as lark_route
 from loopengine.channels.lark.app import LarkAppNotifier
 from loopengine.channels.lark.cards import CardMaker, button_value, parse_button_value
 from loopengine.channels.magic import token as magic
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError, DeliveryError, InvalidInput
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, DeliveryError, InvalidInput
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
-from loopengine.http import routes_lark as lark_route
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
 from tests.harness import Calls, agent, make_harness

@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import ASK_USER
+from loopengine.channels.lark import routes as lark_route
 from loopengine.channels.lark.receive import (
     LarkAction,
     LarkChallenge,
@@ -35,10 +36,9 @@ from loopengine.channels.lark.receive import (
     sign_lark,
     verify_signature,
 )
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
-from loopengine.http import routes_lark as lark_route
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests import lark_support as support
 from tests.handler_support import PLACEHOLDER_PENDING, InstallRoot, load_event

@@ -7,6 +7,11 @@
     stores/ models/ aws/   adapters of the application's ports               app, domain
     mcp/        the MCP client adapter (agent.yaml's mcp_servers)             app, authoring, domain
     app/        the application: engine, loop, batch, resolution, ...        authoring, domain
+                inside it, the arrows point down too:
+                  engine, follow, views, api_models   the facade the edge calls      all of app/
+                  worker/   what a worker runs (claims a turn, runs calls)    request/, the kernel
+                  request/  what a request records (never claims a turn)      the kernel
+                  the kernel (the other modules of app/)                      neither side
     authoring/  agent definitions: schema, loader, registry, scaffold, Tool   domain
     domain/     pure: turn and checkpoint state, gate, policies, outcomes     nothing else of the project
 
@@ -42,12 +47,21 @@ ALLOWED: dict[str, set[str]] = {
     "http": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap", "http"},
 }
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
-# the package root and its deprecation shim may name any module (they only re-export, lazily)
-ROOT_FILES = {"__init__.py", "_compat.py"}
+# the package root may name any module (it only re-exports, lazily)
+ROOT_FILES = {"__init__.py"}
+
+
+CHANNEL_EDGE = {"routes", "pages", "links", "interactions"}
+"""A channel's routes and what they load on the first request (``channels/<name>/routes.py``, the
+inbox's ``pages``, magic's ``links``, Slack's and Lark's ``interactions``): the channel's part of the
+API Gateway edge, layered as ``http/`` is (the inbox's and magic's HTML renderers stay channel code)."""
 
 
 def room(path: Path) -> str:
     rel = path.relative_to(PACKAGE)
+    edge = rel.parts[0] == "channels" and len(rel.parts) == 3 and rel.stem in CHANNEL_EDGE
+    if edge and not (rel.parts[1] == "magic" and rel.stem == "pages"):
+        return "http"
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
@@ -80,7 +94,7 @@ def imports(tree: ast.AST, path: Path) -> set[str]:
 
 
 def project_rooms(names: set[str]) -> set[str]:
-    """The rooms of ``loopengine`` that the names point into (``loopengine.app.loop`` -> ``app``)."""
+    """The rooms of ``loopengine`` that the names point into (``loopengine.app.worker.loop`` -> ``app``)."""
     found = set()
     for name in names:
         parts = name.split(".")
@@ -117,6 +131,59 @@ def test_core_module_imports_no_sdk(path: Path) -> None:
     assert not roots & BANNED, f"{path.name} imports {sorted(roots & BANNED)}"
 
 
+APP_FACADE = {"engine", "follow", "views", "api_models", "__init__"}
+
+
+def app_side(path: Path) -> str:
+    """``request``, ``worker``, ``facade`` or ``kernel``: where a module of app/ stands."""
+    parts = path.relative_to(PACKAGE / "app").with_suffix("").parts
+    if parts[0] in ("request", "worker"):
+        return parts[0]
+    return "facade" if parts[0] in APP_FACADE else "kernel"
+
+
+def app_sides_used(names: set[str]) -> set[str]:
+    sides = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[:2] != ["loopengine", "app"] or len(parts) < 3:
+            continue
+        if parts[2] in ("request", "worker"):
+            sides.add(parts[2])
+        elif (PACKAGE / "app" / f"{parts[2]}.py").exists():
+            sides.add("facade" if parts[2] in APP_FACADE else "kernel")
+    return sides
+
+
+APP_ALLOWED = {
+    "kernel": {"kernel"},
+    "request": {"kernel", "request"},
+    "worker": {"kernel", "request", "worker"},
+    "facade": {"kernel", "request", "worker", "facade"},
+}
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in modules() if room(p) == "app"], ids=lambda p: p.relative_to(PACKAGE).as_posix()
+)
+def test_a_request_never_reaches_into_the_worker(path: Path) -> None:
+    """app/request/ records and hands on; only app/worker/ claims a turn; the kernel serves both."""
+    side = app_side(path)
+    used = app_sides_used(imports(ast.parse(path.read_text(), filename=str(path)), path))
+    assert used <= APP_ALLOWED[side], f"{side} module imports {sorted(used - APP_ALLOWED[side])}"
+
+
+def test_no_folder_is_a_pile() -> None:
+    """No folder under src/ holds more than 16 modules directly."""
+    src = PACKAGE.parent
+    piles = {
+        d.relative_to(src).as_posix(): n
+        for d in [src, *src.rglob("*")]
+        if d.is_dir() and "__pycache__" not in d.parts and (n := len(list(d.glob("*.py")))) > 16
+    }
+    assert not piles, piles
+
+
 def test_the_checker_sees_what_it_must() -> None:
     source = (
         "def f():\n"
@@ -133,7 +200,7 @@ def test_the_checker_sees_what_it_must() -> None:
 
 
 def test_the_core_is_what_the_design_says() -> None:
-    for module in ("app/engine.py", "app/loop.py", "app/resolution.py", "app/batch.py"):
+    for module in ("app/engine.py", "app/worker/loop.py", "app/request/resolution.py", "app/worker/batch.py"):
         assert (PACKAGE / module).exists()
     for module in ("turn_state", "checkpoint", "gate", "policy", "outcomes", "messages", "principals"):
         assert (PACKAGE / "domain" / f"{module}.py").exists()
@@ -142,7 +209,8 @@ def test_the_core_is_what_the_design_says() -> None:
 def test_importing_the_core_loads_no_sdk() -> None:
     code = (
         "import json, sys\n"
-        "import loopengine.app.engine, loopengine.app.loop, loopengine.app.resolution, loopengine.app.views\n"
+        "import loopengine.app.engine, loopengine.app.worker.loop, loopengine.app.views\n"
+        "import loopengine.app.request.resolution\n"
         "print(json.dumps(sorted(m for m in sys.modules)))\n"
     )
     done = subprocess.run(
@@ -153,6 +221,6 @@ def test_importing_the_core_loads_no_sdk() -> None:
 
 
 def test_one_home_for_the_shared_json_alias() -> None:
-    """``JsonDict`` is defined once (domain/jsontypes.py); everything else imports it."""
+    """``JsonDict`` is defined once (domain/base/jsontypes.py); everything else imports it."""
     homes = [p for p in modules() if re.search(r"^JsonDict\s*=", p.read_text(), re.M)]
-    assert [p.relative_to(PACKAGE).as_posix() for p in homes] == ["domain/jsontypes.py"]
+    assert [p.relative_to(PACKAGE).as_posix() for p in homes] == ["domain/base/jsontypes.py"]

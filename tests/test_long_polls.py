@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.app.waits import TooManyWaits
+from loopengine.app.request.waits import TooManyWaits
 from loopengine.domain.principals import OPERATOR, Principal
 from loopengine.http import api
 from tests.agent_folders import write_agent

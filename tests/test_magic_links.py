@@ -31,7 +31,7 @@ from loopengine.channels.magic.token import (
     magic_url,
     verify_token,
 )
-from loopengine.domain.errors import InvalidInput, StoreError
+from loopengine.domain.base.errors import InvalidInput, StoreError
 from loopengine.domain.policy import Expiry
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api

@@ -18,14 +18,15 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.mcp import GRACE
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import args_hash
 from loopengine.bootstrap import build_engine
-from loopengine.domain.errors import AgentUnavailable, Conflict, Forbidden, InvalidInput
+from loopengine.domain.base.errors import AgentUnavailable, Conflict, Forbidden, InvalidInput
 from loopengine.domain.turns import StopReason, TurnStatus
-from loopengine.http import api, resume
+from loopengine.http import api
+from loopengine.http.functions import resume
 from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_body
 from tests.mcp_support import RULES, TOKEN, BillingServer, write_billing_agent
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.messages import (
     Message,
     TextBlock,

@@ -14,7 +14,7 @@ import pytest
 
 from loopengine.app.ports import ModelClient, ModelRequest
 from loopengine.authoring.tools import ASK_USER_SPEC
-from loopengine.domain.errors import FatalModelError, ModelError, RetryableModelError
+from loopengine.domain.base.errors import FatalModelError, ModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.models.anthropic import AnthropicModel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopengine.app.ports import ModelClient, ModelRequest, ModelResponse
-from loopengine.domain.errors import FatalModelError
+from loopengine.domain.base.errors import FatalModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.models.scripted import ScriptedModel, call, derived_id, say, use
 

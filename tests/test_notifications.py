@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import notifications
 from loopengine.models.scripted import ScriptedModel, call, say, use

@@ -24,7 +24,7 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.ports import Stores
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import ASK_USER
@@ -32,8 +32,8 @@ from loopengine.bootstrap import build_engine
 from loopengine.channels.base import CHANNELS
 from loopengine.channels.signing import signature_header, verify_webhook
 from loopengine.domain import outbox
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import AgentUnavailable
 from tests.agent_folders import AGENT_YAML, write_agent
 from tests.contract.conftest import make_dynamodb, make_sqlite
 

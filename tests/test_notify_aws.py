@@ -2,7 +2,7 @@
 
 Every notifier is built the way an agent's ``notifier:`` block builds it
 (:func:`loopengine.channels.base.build`) and sends real ``approval`` / ``question`` /
-``run_finish`` notifications (payloads from :func:`loopengine.app.batch.pending_notification` and the
+``run_finish`` notifications (payloads from :func:`loopengine.app.worker.batch.pending_notification` and the
 loop's ``run_finish`` shape). What arrived is read back from moto: SES's sent messages, an SQS
 queue subscribed to the topic with raw message delivery, the queue itself.
 """
@@ -26,20 +26,20 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
-from loopengine.app.batch import pending_notification
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
 from loopengine.app.ports import Notification, Notifier
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker.batch import pending_notification
 from loopengine.authoring.tools import args_hash
 from loopengine.channels import base as channels
 from loopengine.channels.email.send import EmailNotifier
 from loopengine.channels.magic import token as magic
 from loopengine.channels.queue.send import QueueNotifier
 from loopengine.channels.sns.send import SnsNotifier
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 from loopengine.domain.checkpoint import PendingItem
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError, DeliveryError
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 from loopengine.http import root
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -458,7 +458,7 @@ def test_clients_use_standard_retries_and_are_created_only_on_first_use(aws: Non
 def test_importing_and_building_the_channels_does_not_import_boto3() -> None:
     script = f"""
 import sys
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.channels import base as channels
 env = {{"LOOPENGINE_SES_SENDER": "{SENDER}", "LOOPENGINE_MAGIC_LINK_SECRET": "s",
        "LOOPENGINE_PUBLIC_URL": "{PUBLIC_URL}",

@@ -28,14 +28,14 @@ from loopengine.authoring.tools import ASK_USER
 from loopengine.channels import base as channels
 from loopengine.channels.lark.send import LarkNotifier, sign
 from loopengine.channels.magic import token as magic
+from loopengine.channels.slack import routes as slack_handler
 from loopengine.channels.slack.interact import parse_button_value, parse_interaction, sign_slack
 from loopengine.channels.slack.send import SlackNotifier
 from loopengine.channels.slack.values import MAX_OPTIONS, ButtonValue, parse_value
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
-from loopengine.http import routes_slack as slack_handler
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body

@@ -23,20 +23,20 @@ from typing import Any
 import pytest
 import redis
 
-from loopengine.app.batch import pending_notification
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
+from loopengine.app.outcome import TurnOutcome
 from loopengine.app.ports import Notification
 from loopengine.app.runtime import Runtime
-from loopengine.app.worker import TurnOutcome
+from loopengine.app.worker.batch import pending_notification
 from loopengine.authoring.tools import ASK_USER
 from loopengine.bootstrap import NotifierChooser
 from loopengine.channels import base as channels
 from loopengine.channels.base import notification_body
 from loopengine.channels.redis.send import RedisNotifier, client_for
 from loopengine.domain import outbox
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
@@ -173,7 +173,7 @@ def test_events_choose_what_is_pushed(tmp_path: Path, server: RedisServer) -> No
 
 
 def _decider() -> Any:
-    from loopengine.app.resolution import Decider
+    from loopengine.app.request.resolution import Decider
 
     return Decider("user:ops")
 
@@ -387,7 +387,7 @@ def test_plaintext_and_tls_urls_to_remote_hosts() -> None:
 def test_building_and_importing_the_channel_does_not_import_redis() -> None:
     script = """
 import sys
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.channels import base as channels
 from loopengine.channels.redis import consume, resolve, send
 notifier = channels.build({"channel": "redis", "config": {"url": "redis://127.0.0.1:1/0"}}, {}, FakeClock())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.domain import outbox
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent

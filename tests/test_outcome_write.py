@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loopengine.app import batch
 from loopengine.app.ports import Change
-from loopengine.app.resolution import Decider
-from loopengine.domain.errors import StoreError
+from loopengine.app.request.resolution import Decider
+from loopengine.app.worker import batch
+from loopengine.domain.base.errors import StoreError
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, Harness, agent

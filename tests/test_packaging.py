@@ -48,12 +48,12 @@ def test_the_lambda_shims_are_the_librarys_handlers() -> None:
     import handlers.resume
     import handlers.schedule
     import loopengine.http.api
-    import loopengine.http.resume
-    import loopengine.http.schedule
+    import loopengine.http.functions.resume
+    import loopengine.http.functions.schedule
 
     assert handlers.api.handler is loopengine.http.api.handler
-    assert handlers.resume.handler is loopengine.http.resume.handler
-    assert handlers.schedule.handler is loopengine.http.schedule.handler
+    assert handlers.resume.handler is loopengine.http.functions.resume.handler
+    assert handlers.schedule.handler is loopengine.http.functions.schedule.handler
 
 
 # ----------------------------------------------------------------------------------------- the locks

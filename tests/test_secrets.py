@@ -22,7 +22,7 @@ from loopengine.app.invokers import RecordingInvoker
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import ModelChooser
 from loopengine.channels.magic.token import issue_token
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
 from loopengine.http import api, secrets
 from loopengine.models.anthropic import AnthropicModel
 from tests.handler_support import InstallRoot, load_event, with_auth

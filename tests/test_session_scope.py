@@ -17,10 +17,10 @@ import pytest
 
 from loopengine.app.engine import Engine
 from loopengine.app.ports import Stores
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import Forbidden, NotFound
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import Forbidden, NotFound
 from loopengine.domain.turns import TurnRecord, TurnStatus
 from loopengine.models.scripted import ScriptedModel, say
 from tests.contract.conftest import ADAPTERS

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker, RecordingInvoker
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
+from loopengine.channels.slack import routes as slack_handler
 from loopengine.channels.slack.interact import (
     SlackAction,
     SlackRejectReason,
@@ -38,12 +39,11 @@ from loopengine.channels.slack.interact import (
     verify_slack,
 )
 from loopengine.channels.slack.reply import post_reply
-from loopengine.domain.errors import DeliveryError, InvalidInput
+from loopengine.channels.slack.routes import NOT_AN_APPROVER
+from loopengine.domain.base.errors import DeliveryError, InvalidInput
 from loopengine.domain.policy import Expiry
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
-from loopengine.http import routes_slack as slack_handler
-from loopengine.http.routes_slack import NOT_AN_APPROVER
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import PLACEHOLDER_PENDING, InstallRoot, load_event, with_body
 from tests.handler_support import call as http

@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopengine.channels.slack import blocks, views
+from loopengine.channels.slack import routes as route
 from loopengine.channels.slack.interact import SlackSubmission, parse_interaction
 from loopengine.channels.slack.values import MAX_OPTIONS, ButtonValue, button_value, parse_value
-from loopengine.domain.errors import ConfigError, DeliveryError, InvalidInput
+from loopengine.domain.base.errors import ConfigError, DeliveryError, InvalidInput
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api
-from loopengine.http import routes_slack as route
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_auth, with_body

@@ -1,7 +1,7 @@
 """SnapStart: what the snapshot holds, and what a restored environment makes fresh.
 
 The Lambda Python runtime provides ``snapshot_restore_py``; here a stand-in module in ``sys.modules``
-records what :func:`loopengine.http.snapstart.init` registers, and the test runs the hooks the way
+records what :func:`loopengine.http.functions.snapstart.init` registers, and the test runs the hooks the way
 Lambda does (before-snapshot hooks in reverse order of registration, after-restore hooks in order).
 The store is DynamoDB and the model key a Secrets Manager secret (moto), as in AWS; which modules a
 hook imports is checked in a fresh interpreter (the test process has imported everything already).
@@ -27,8 +27,9 @@ from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.authoring import registry as registry_module
 from loopengine.aws.lambda_invoker import LambdaInvoker
-from loopengine.domain.errors import ConfigError
-from loopengine.http import root, secrets, snapstart
+from loopengine.domain.base.errors import ConfigError
+from loopengine.http import root, secrets
+from loopengine.http.functions import snapstart
 from tests.contract.conftest import moto_dynamodb
 
 # With tests/test_model_anthropic.py: one pytest-xdist worker imports the Anthropic SDK (about 2 s of CPU)

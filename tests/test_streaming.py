@@ -29,8 +29,8 @@ import pytest
 from loopengine.app.follow import follow
 from loopengine.app.live import BUS, DELTA_FLUSH_SECONDS, LiveBus, Piece, StreamClosed, TextStream
 from loopengine.app.ports import ModelRequest
-from loopengine.domain.clock import FakeClock, SystemClock
-from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.base.clock import FakeClock, SystemClock
+from loopengine.domain.base.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason

@@ -23,7 +23,7 @@ from loopengine.app.ports import Stores
 from loopengine.app.runtime import Runtime
 from loopengine.domain import outbox
 from loopengine.domain import turn_state as ts
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.turns import TurnRecord, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import open_dynamodb_stores
@@ -72,7 +72,7 @@ def _claimed(stores: Stores, clock: FakeClock) -> TurnRecord:
 
 
 def _beat(rt: Runtime, turn_id: str, clock: FakeClock) -> None:
-    """The runner's heartbeat, as :meth:`loopengine.app.worker.Worker.heartbeat` sends it."""
+    """The runner's heartbeat, as :meth:`loopengine.app.worker.runner.Worker.heartbeat` sends it."""
     assert rt.update_turn(turn_id, lambda t: ts.renew(t, "run_live", clock.now() + LEASE)) is not None
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from loopengine.app import lifecycle
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.ports import Stores
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
-from loopengine.domain.clock import FakeClock
+from loopengine.app.worker import sweep
+from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.turns import TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import open_dynamodb_stores
@@ -69,7 +69,7 @@ def test_blocked_queued_turns_do_not_starve_a_lost_resume(store: str, tmp_path: 
         clock.advance(rt.handoff_grace + 1)
         handed_on: list[str] = []
         for _ in range(2):
-            lifecycle.sweep(rt, limit=PAGE)
+            sweep.sweep(rt, limit=PAGE)
             handed_on += invoker.invoked
             invoker.invoked.clear()
         assert victim.turn_id in handed_on

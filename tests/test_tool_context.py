@@ -24,7 +24,7 @@ from loopengine.authoring.agent import from_snapshot
 from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT, ToolCancelled, idempotency_key
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import context_parameter
-from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.base.errors import AgentUnavailable
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopengine.app.ports import Append, Change
-from loopengine.domain.errors import VersionConflict
+from loopengine.domain.base.errors import VersionConflict
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord
 from loopengine.models.scripted import ScriptedModel, say

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from loopengine.authoring.registry import AgentRegistry
-from loopengine.domain.errors import NotFound
+from loopengine.domain.base.errors import NotFound
 from loopengine.domain.principals import Principal
 from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use

@@ -20,7 +20,8 @@ from loopengine.aws.lambda_invoker import LambdaInvoker
 from loopengine.domain.messages import Message, check_protocol
 from loopengine.domain.policy import Expiry
 from loopengine.domain.turns import StopReason, TurnStatus
-from loopengine.http import api, resume, root, schedule
+from loopengine.http import api, root
+from loopengine.http.functions import resume, schedule
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import FakeContext, load_event, with_auth, with_body
 from tests.handler_support import call as http

@@ -28,8 +28,8 @@ from loopengine.channels.signing import (
 )
 from loopengine.channels.webhook.send import USER_AGENT, WebhookNotifier, from_env
 from loopengine.channels.webhook.verify import WebhookReceiver
-from loopengine.domain.clock import FakeClock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 SECRET = "whsec-s3cr3t-do-not-leak"
 T0 = 1_800_000_000
@@ -364,7 +364,7 @@ def test_receiver_rejects_a_stale_delivery() -> None:
 
 
 def test_receiver_uses_the_system_clock_by_default() -> None:
-    from loopengine.domain.clock import SystemClock
+    from loopengine.domain.base.clock import SystemClock
 
     with WebhookReceiver(SECRET) as rx:
         WebhookNotifier(rx.url, SECRET, clock=SystemClock()).send(notification("run_finish"))

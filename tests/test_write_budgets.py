@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from bench.dynamodb_requests import metered_engine, run_flow
 
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.ids import new_id
 from tests.script_support import load_script
 
 PAGE = 25

@@ -1,6 +1,9 @@
-"""The ``api`` Lambda: see :mod:`loopengine.http.api`; SnapStart: :mod:`loopengine.http.snapstart`."""
+"""The ``api`` Lambda: see :mod:`loopengine.http.api`.
 
-from loopengine.http import snapstart
+SnapStart: :mod:`loopengine.http.functions.snapstart`.
+"""
+
+from loopengine.http.functions import snapstart
 
 with snapstart.loading("api"):  # the dependencies are loaded; the collector pauses while ours load
     from loopengine.http.api import handler

@@ -1,8 +1,11 @@
-"""The ``resume`` Lambda: see :mod:`loopengine.http.resume`; SnapStart: :mod:`loopengine.http.snapstart`."""
+"""The ``resume`` Lambda: see :mod:`loopengine.http.functions.resume`.
 
-from loopengine.http import snapstart
+SnapStart: :mod:`loopengine.http.functions.snapstart`.
+"""
+
+from loopengine.http.functions import snapstart
 
 with snapstart.loading("resume"):  # the dependencies are loaded; the collector pauses while ours load
-    from loopengine.http.resume import handler
+    from loopengine.http.functions.resume import handler
 
 __all__ = ["handler"]

@@ -1,8 +1,11 @@
-"""The ``schedule`` Lambda: see :mod:`loopengine.http.schedule`; hooks: :mod:`loopengine.http.snapstart`."""
+"""The ``schedule`` Lambda: see :mod:`loopengine.http.functions.schedule`.
 
-from loopengine.http import snapstart
+Hooks: :mod:`loopengine.http.functions.snapstart`.
+"""
+
+from loopengine.http.functions import snapstart
 
 with snapstart.loading("schedule"):  # the dependencies are loaded; the collector pauses while ours load
-    from loopengine.http.schedule import handler
+    from loopengine.http.functions.schedule import handler
 
 __all__ = ["handler"]

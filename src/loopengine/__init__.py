@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopengine import _compat
-
 __version__ = "0.1.0"
-
-_compat.install()
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -27,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Tool": "loopengine.authoring.tools",
     "tool_from_model": "loopengine.authoring.tools",
     "ToolContext": "loopengine.authoring.context",
-    "new_id": "loopengine.domain.ids",
+    "new_id": "loopengine.domain.base.ids",
     # messages and the model port (for scripted models)
     "Message": "loopengine.domain.messages",
     "TextBlock": "loopengine.domain.messages",
@@ -59,7 +55,7 @@ if TYPE_CHECKING:
     from loopengine.authoring.tools import tool_from_model as tool_from_model
     from loopengine.bootstrap import build_engine as build_engine
     from loopengine.channels.signing import verify_webhook as verify_webhook
-    from loopengine.domain.ids import new_id as new_id
+    from loopengine.domain.base.ids import new_id as new_id
     from loopengine.domain.messages import (
         Message as Message,
     )

@@ -16,10 +16,10 @@ from loopengine.app.ports import ModelClient, Notifier, ResumeInvoker, Stores
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
-from loopengine.domain.clock import Clock, SystemClock
-from loopengine.domain.errors import ConfigError
-from loopengine.domain.timings import TIMINGS as TIMINGS
-from loopengine.domain.timings import timings as timings
+from loopengine.domain.base.clock import Clock, SystemClock
+from loopengine.domain.base.errors import ConfigError
+from loopengine.domain.base.timings import TIMINGS as TIMINGS
+from loopengine.domain.base.timings import timings as timings
 from loopengine.mcp.agents import McpAgents
 from loopengine.mcp.client import HttpMcpConnector
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock
 from loopengine.domain.turns import CallRecord, TurnRecord
 

@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 
 from loopengine.app.ports import Stores
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.sqlite import SqliteDatabase, sqlite_stores
 

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from loopengine.app.ports import Stores
 from loopengine.domain import checkpoint as transitions
+from loopengine.domain.base.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.decisions import Approve, DecidedBy
-from loopengine.domain.errors import AlreadyExists, VersionConflict
-from loopengine.domain.ids import new_id
 from loopengine.domain.messages import ToolResultBlock
 from tests.contract import T0, checkpoint, item
 

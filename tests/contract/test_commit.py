@@ -8,7 +8,7 @@ import pytest
 
 from loopengine.app.ports import Append, Change, Stores
 from loopengine.domain import outbox
-from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.errors import AlreadyExists, VersionConflict
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnStatus
 from tests.contract import T0, checkpoint, turn

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopengine.app.ports import Stores
-from loopengine.domain.errors import VersionConflict
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.errors import VersionConflict
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 ASK = Message(

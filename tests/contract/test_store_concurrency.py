@@ -22,10 +22,10 @@ import pytest
 from loopengine.app.ports import Append, Change, CheckpointStore, SessionStore, Stores
 from loopengine.domain import checkpoint as transitions
 from loopengine.domain import outbox
-from loopengine.domain.clock import FakeClock
+from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import ConfigError, StoreError, VersionConflict
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.decisions import Abandoned, DecidedBy
-from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
-from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message
 from loopengine.stores.sqlite import (
     SqliteCheckpointStore,

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from loopengine.app.ports import Stores
-from loopengine.domain.errors import AlreadyExists, VersionConflict
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.turns import StopReason, TurnStatus
 from tests.contract import T0, call, turn
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from loopengine.app.ports import Change, Stores
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.turns import StopReason, TurnStatus
 from tests.contract import T0, turn
 

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from loopengine.domain import ids
-from loopengine.domain.limits import (
+from loopengine.domain.base import ids
+from loopengine.domain.base.limits import (
     MAX_ANSWER_CHARS,
     MAX_COMMENT_CHARS,
     MAX_MESSAGE_CHARS,

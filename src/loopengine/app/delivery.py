@@ -20,7 +20,7 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import outbox
-from loopengine.domain.ids import new_id
+from loopengine.domain.base.ids import new_id
 from loopengine.domain.notifications import ApprovalEvent, NotificationEvent, QuestionEvent
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import TurnRecord

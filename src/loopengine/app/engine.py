@@ -12,36 +12,28 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from loopengine.app import (
-    expiry,
-    items,
-    lifecycle,
-    resolution,
-    sessions,
-    starts,
-    turn_events,
-    views,
-    waits,
-)
+from loopengine.app import outcome, turn_events, views
 from loopengine.app.follow import follow as follow_turn
+from loopengine.app.outcome import TurnOutcome
 from loopengine.app.ports import Change
-from loopengine.app.replay import replay
-from loopengine.app.resolution import Decider, Resolution
+from loopengine.app.request import expiry, items, resolution, sessions, stop, waits
+from loopengine.app.request.replay import replay
+from loopengine.app.request.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
-from loopengine.app.worker import TurnOutcome
+from loopengine.app.worker import resume, starts, sweep
 from loopengine.authoring.agent import AgentConfig
-from loopengine.domain.decisions import HumanVerdict
-from loopengine.domain.errors import (
+from loopengine.domain.base.errors import (
     AlreadyExists,
     Conflict,
     Forbidden,
     InvalidInput,
     NotFound,
 )
+from loopengine.domain.base.ids import new_id, session_key
+from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
+from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.idempotency import claim
-from loopengine.domain.ids import new_id, session_key
-from loopengine.domain.jsontypes import JsonDict
-from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
@@ -125,9 +117,7 @@ class Engine:
         waiting = earlier.status in (TurnStatus.PAUSED, TurnStatus.RETRYING)
         if (waiting and config.on_new_message == "supersede") or stopping:
             self._check_stop_authority(earlier, sender, "supersede")
-            stopped = lifecycle.request_stop(
-                self.rt, earlier.turn_id, StopReason.SUPERSEDED, sender.decided_by()
-            )
+            stopped = self._stop(earlier.turn_id, StopReason.SUPERSEDED, sender)
             if stopped.status is not TurnStatus.FINISHED:  # a crash left it half-stopped: close it
                 self.resume(earlier.turn_id)
                 stopped = self.turn(earlier.turn_id)
@@ -182,7 +172,7 @@ class Engine:
         now = self.rt.stores.clock.now()
         deadline = None if budget_seconds is None else now + budget_seconds
         hard = None if remaining_seconds is None else now + remaining_seconds
-        return lifecycle.resume_turn(self.rt, turn_id, deadline, hard)
+        return resume.resume_turn(self.rt, turn_id, deadline, hard)
 
     def cancel(self, turn_id: str, decider: Decider, idempotency_key: str | None = None) -> TurnRecord:
         """Stop a turn: parked or queued at once, running at its next step boundary.
@@ -199,10 +189,18 @@ class Engine:
             if replay(self.rt, key) is not None:
                 return self.turn(turn_id, decider)
         self._check_stop_authority(turn, decider, "cancel")
-        stopped = lifecycle.request_stop(self.rt, turn_id, StopReason.CANCELLED, decider.decided_by())
+        stopped = self._stop(turn_id, StopReason.CANCELLED, decider)
         if key is not None:
             with contextlib.suppress(AlreadyExists):  # a racing retry stored it first
                 self.rt.stores.turns.commit(Change(turn_id, idempotency=key.record(turn_id, self.now())))
+        return stopped
+
+    def _stop(self, turn_id: str, reason: StopReason, who: Decider) -> TurnRecord:
+        """Record the stop (the request's write); a ready turn left stopping is closed by a worker now."""
+        stopped = stop.request_stop(self.rt, turn_id, reason, who.decided_by())
+        if stop.needs_closing(self.rt, stopped):
+            resume.resume_turn(self.rt, turn_id)  # closes the batch and finishes; nothing runs
+            return self.turn(turn_id)
         return stopped
 
     def _check_stop_authority(self, turn: TurnRecord, who: Decider, what: str) -> None:
@@ -215,9 +213,9 @@ class Engine:
                     f"may only be decided by {', '.join(item.approvers)}"
                 )
 
-    def sweep(self) -> lifecycle.SweepResult:
-        """Find every stalled turn and move it on; resend due notifications (see ``lifecycle.sweep``)."""
-        return lifecycle.sweep(self.rt)
+    def sweep(self) -> sweep.SweepResult:
+        """Find every stalled turn and move it on; resend due notifications (see ``sweep.sweep``)."""
+        return sweep.sweep(self.rt)
 
     def expire(self, turn_id: str) -> int:
         """Apply the expiry policy to the turn's items past their deadline now (as the sweep would)."""
@@ -231,7 +229,7 @@ class Engine:
         return turn
 
     def item(self, pending_id: str, who: Decider | None = None, settle: bool = False) -> items.ItemView:
-        """One pending item, its turn, tool and fate (see :func:`loopengine.app.items.view`)."""
+        """One pending item, its turn, tool and fate (see :func:`loopengine.app.request.items.view`)."""
         return items.view(self.rt, pending_id, who, settle)
 
     def now(self) -> float:
@@ -240,7 +238,7 @@ class Engine:
 
     def outcome(self, turn_id: str) -> TurnOutcome:
         """The turn's current outcome, with its open pending items."""
-        return lifecycle.outcome(self.rt, turn_id)
+        return outcome.outcome(self.rt, turn_id)
 
     def audit(self, turn_id: str, who: Decider | None = None) -> list[JsonDict]:
         """The turn's audit trail, oldest first (NotFound if the turn is unknown)."""
@@ -272,7 +270,7 @@ class Engine:
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
     ) -> list[JsonDict]:
         """Open pending items (the poll surface) of the tenants ``who`` sees: see :func:`items.open_items`."""
-        return items.open_items(self.rt, agent, tenant, who)
+        return [views.listed_item(cp, item) for cp, item in items.open_items(self.rt, agent, tenant, who)]
 
     def history(
         self, session_id: str, who: Decider | None = None, tenant: str | None = None

@@ -24,11 +24,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from loopengine.app.live import BUS, TEXT_DELTA, LiveBus, Piece
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.jsontypes import JsonDict
 
 if TYPE_CHECKING:
     from loopengine.app.engine import Engine
-    from loopengine.app.resolution import Decider
+    from loopengine.app.request.resolution import Decider
 
 
 FIRST_READ_SECONDS, MAX_READ_SECONDS = 0.05, 0.5

@@ -1,7 +1,7 @@
 """Model text as it streams: this process's live bus, and the coalesced durable ``text:delta`` events.
 
 A streaming model client hands each piece of an answer's text to a :class:`TextStream` (the request's
-``on_text``), from the thread that runs the call (:mod:`loopengine.app.model_call`). It goes two ways:
+``on_text``), from the thread that runs the call (:mod:`loopengine.app.worker.model_call`). It goes two ways:
 
 * **this process, at once.** Every piece is published to :data:`BUS`, a bounded in-memory ring per turn
   (:data:`RING_PIECES` pieces of each of the last :data:`RING_TURNS` turns). Readers in the same process
@@ -31,10 +31,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 
-from loopengine.domain.clock import Clock
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.ids import new_id
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.ids import new_id
-from loopengine.domain.jsontypes import JsonDict
 
 TEXT_DELTA = "text:delta"
 DELTA_FLUSH_SECONDS = 0.25

@@ -2,8 +2,9 @@
 
 Every read-modify-write goes through a compare-and-set on a ``version`` field: ``replace`` stores
 the record only if the stored version still equals ``record.version`` and bumps it by one;
-otherwise it raises :class:`~loopengine.domain.errors.VersionConflict` carrying the current record, so the
-caller needs no second read. Creates raise :class:`~loopengine.domain.errors.AlreadyExists`.
+otherwise it raises :class:`~loopengine.domain.base.errors.VersionConflict` carrying the current
+record, so the caller needs no second read. Creates raise
+:class:`~loopengine.domain.base.errors.AlreadyExists`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Protocol
 
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.clock import Clock
 from loopengine.domain.frozen import frozen
 from loopengine.domain.idempotency import IdempotencyRecord
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord

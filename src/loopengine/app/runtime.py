@@ -10,9 +10,9 @@ from loopengine.app.ports import Change, Committed, ModelClient, Notifier, Resum
 from loopengine.authoring.agent import AgentConfig, from_snapshot
 from loopengine.authoring.mcp import McpConnector
 from loopengine.authoring.tools import ToolFn
+from loopengine.domain.base.errors import Conflict, NotFound, VersionConflict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.errors import Conflict, NotFound, VersionConflict
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import TurnRecord
 
 MAX_CAS_ATTEMPTS = 50
@@ -54,7 +54,7 @@ class Runtime:
     model_retry_seconds: float = 30.0
     max_model_failures: int = 5
     max_waits: int = 8
-    """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/waits.py)."""
+    """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/request/waits.py)."""
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
     mcp: McpConnector | None = None

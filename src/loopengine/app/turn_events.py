@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import PendingItem
-from loopengine.domain.jsontypes import JsonDict
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 0.5

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from loopengine.app.resolution import Resolution
-from loopengine.app.worker import TurnOutcome
+from loopengine.app.outcome import TurnOutcome
+from loopengine.app.request.resolution import Resolution
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
 

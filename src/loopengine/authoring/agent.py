@@ -23,10 +23,10 @@ from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT
 from loopengine.authoring.mcp import McpConnector, McpPin, McpServer, executor, servers_from_snapshot
 from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import RuleSet
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from loopengine.authoring.tools import ASK_USER, Tool
-from loopengine.domain.yaml_lines import Problem, display
+from loopengine.domain.base.yaml_lines import Problem, display
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

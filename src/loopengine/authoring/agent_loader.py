@@ -1,7 +1,7 @@
 """Read one agent folder into an :class:`~.agent.AgentConfig`, or say exactly what is wrong.
 
 Every problem of every file is collected (agent.yaml, rules.yaml, tools.py and how they fit
-together) and raised at once as :class:`~loopengine.domain.errors.AgentUnavailable`, each problem as
+together) and raised at once as :class:`~loopengine.domain.base.errors.AgentUnavailable`, each problem as
 ``file:line: path: message``.
 """
 
@@ -16,10 +16,10 @@ from pydantic import BaseModel, ValidationError
 from loopengine.authoring.agent import AgentConfig, build_config
 from loopengine.authoring.agent_schema import AgentFile, cross_check, target_problems
 from loopengine.authoring.tools import Tool
-from loopengine.domain.errors import AgentUnavailable
+from loopengine.domain.base.errors import AgentUnavailable
+from loopengine.domain.base.yaml_lines import Lines, Problem, display, load, unavailable
 from loopengine.domain.frozen import frozen
 from loopengine.domain.rules import RulesFile, problems
-from loopengine.domain.yaml_lines import Lines, Problem, display, load, unavailable
 
 _NAME_LINE = re.compile(r"""^name:\s*["']?([A-Za-z0-9_-]+)["']?\s*(?:#.*)?$""", re.MULTILINE)
 

@@ -18,9 +18,9 @@ from loopengine.authoring.channel_registry import CHANNELS as CHANNELS  # re-exp
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT
 from loopengine.authoring.mcp import McpServerModel, covered, mcp_names, mcp_problems
 from loopengine.authoring.tools import ASK_USER
+from loopengine.domain.base.yaml_lines import Lines, Problem
 from loopengine.domain.notifications import EVENTS as EVENTS  # re-exported
 from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict, location
-from loopengine.domain.yaml_lines import Lines, Problem
 
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 """Route names: letters, digits, ``-`` and ``_``, up to 63 characters."""

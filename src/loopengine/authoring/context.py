@@ -21,9 +21,9 @@ import threading
 from dataclasses import field
 from typing import Any, Literal
 
-from loopengine.domain.clock import Clock, SystemClock
+from loopengine.domain.base.clock import Clock, SystemClock
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 KEY_PREFIX = "le_"
 """Every idempotency key starts with this (then 40 hex digits: 160 bits of SHA-256)."""

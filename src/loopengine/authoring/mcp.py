@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from loopengine.authoring.tools import ASK_USER, Tool, ToolFn
-from loopengine.domain.errors import LoopengineError
+from loopengine.domain.base.errors import LoopengineError
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.rules import Duration, NonEmpty, Strict
 
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"

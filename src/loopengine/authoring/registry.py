@@ -1,7 +1,7 @@
 """Find agents: one folder per agent, under the ``agents`` package and ``LOOPENGINE_AGENTS_PATH``.
 
 Isolation: a broken folder (bad YAML, bad rules, a tools.py that does not import) makes only that
-agent unavailable (:class:`~loopengine.domain.errors.AgentUnavailable`, 503 with ``file:line``); the scan
+agent unavailable (:class:`~loopengine.domain.base.errors.AgentUnavailable`, 503 with ``file:line``); the scan
 never raises for it and every other agent keeps working.
 
 Freshness: every :meth:`AgentRegistry.get` re-reads the agent's agent.yaml and rules.yaml (two
@@ -26,9 +26,9 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.agent_code import import_module, import_problem, load_tools
 from loopengine.authoring.agent_loader import FolderText, parse_folder, route_name
 from loopengine.authoring.tools import ToolFn
-from loopengine.domain.errors import AgentUnavailable, NotFound
+from loopengine.domain.base.errors import AgentUnavailable, NotFound
+from loopengine.domain.base.yaml_lines import Problem, display, unavailable
 from loopengine.domain.frozen import frozen
-from loopengine.domain.yaml_lines import Problem, display, unavailable
 
 PATH_ENV = "LOOPENGINE_AGENTS_PATH"
 Signature = tuple[int, int, int, int] | None

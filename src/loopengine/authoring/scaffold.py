@@ -15,9 +15,9 @@ from string import Template
 from loopengine.authoring import scaffold_templates as t
 from loopengine.authoring.agent_schema import AGENT_NAME
 from loopengine.authoring.scaffold_standin import STANDIN_PY
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.yaml_lines import display
 from loopengine.domain.frozen import frozen
-from loopengine.domain.yaml_lines import display
 
 
 @frozen

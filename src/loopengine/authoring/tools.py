@@ -6,7 +6,7 @@ one class states the shape, the validation and the documentation.
 The code is ``fn(args)``, or ``fn(args, ctx: ToolContext)`` to be told about the call (see
 :mod:`.context`): the context parameter is recognised by its annotation only. It may be ``async def``
 (or return an awaitable); the engine runs either kind on the same at-most-once path, within the
-tool's ``timeout`` (:mod:`loopengine.app.tool_calls`).
+tool's ``timeout`` (:mod:`loopengine.app.worker.tool_calls`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT, ToolContext
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 ToolFn = Callable[..., Any]
 """``fn(args)`` or ``fn(args, ctx: ToolContext)``, plain or ``async``."""

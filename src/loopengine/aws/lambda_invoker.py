@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loopengine.domain.errors import StoreError
+from loopengine.domain.base.errors import StoreError
 
 
 class LambdaInvoker:

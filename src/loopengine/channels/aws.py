@@ -3,7 +3,7 @@
 * the boto3 client: created on first use (never at import, so tests under moto and routes that
   never notify pay nothing for it), one per notifier, with the standard retry mode and short
   timeouts (:class:`AwsNotifier`); credentials come from the function's role, never the config;
-* AWS errors as :class:`~loopengine.domain.errors.DeliveryError` raised from the original
+* AWS errors as :class:`~loopengine.domain.base.errors.DeliveryError` raised from the original
   (:func:`aws_errors`, :func:`describe_error`);
 * the message: the webhook's JSON body, a one-line subject, the ``event`` / ``agent`` message
   attributes, and on a FIFO target ``MessageGroupId`` = the turn and ``MessageDeduplicationId`` =
@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from loopengine.app.ports import Notification
 from loopengine.channels.base import notification_body, setting
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 MAX_MESSAGE_BYTES = 262_144
 """SNS and SQS refuse bigger messages."""

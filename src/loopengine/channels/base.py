@@ -27,8 +27,8 @@ from typing import Any
 
 from loopengine.app.ports import Notification, Notifier
 from loopengine.authoring.channel_registry import CHANNELS as CHANNELS  # re-exported: the one list
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 Builder = Callable[[dict[str, Any], Mapping[str, str], Clock], Notifier | None]
 
@@ -73,7 +73,7 @@ def notification_body(notification: Notification) -> str:
     """The JSON document the webhook, sns and queue channels send: ``{"event": ..., **payload}``.
 
     Compact, event first; ``notification.event`` wins over an ``event`` key in the payload.
-    Raises :class:`~loopengine.domain.errors.DeliveryError` for a payload that is not JSON.
+    Raises :class:`~loopengine.domain.base.errors.DeliveryError` for a payload that is not JSON.
     """
     document: dict[str, Any] = {"event": notification.event}
     document.update((k, v) for k, v in notification.payload.items() if k != "event")

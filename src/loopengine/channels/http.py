@@ -3,7 +3,7 @@
 :func:`post` sends one request with a short-lived httpx client (nothing stays open between sends),
 on the process's one TLS context (:func:`tls_context`), never follows redirects and turns a timeout
 or a refused connection into
-:class:`~loopengine.domain.errors.DeliveryError`. httpx is imported on first send, so importing a channel
+:class:`~loopengine.domain.base.errors.DeliveryError`. httpx is imported on first send, so importing a channel
 stays cheap for routes that never notify. :class:`HttpNotifier` is what the notifiers built on it
 keep. What the answer means (any 2xx, Slack's ``ok``, Lark's ``code``) stays with each channel.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
-from loopengine.domain.errors import DeliveryError
+from loopengine.domain.base.errors import DeliveryError
 
 if TYPE_CHECKING:
     import ssl

@@ -23,6 +23,7 @@ from dataclasses import field, replace
 from typing import Literal, TypedDict
 
 from loopengine.domain import outcomes
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.decisions import (
     Abandoned,
     Answer,
@@ -35,8 +36,7 @@ from loopengine.domain.decisions import (
     decision_from_dict,
 )
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
-from loopengine.domain.messages import ToolResultBlock, block_from_dict
+from loopengine.domain.messages import Message, ToolResultBlock, block_from_dict
 
 Kind = Literal["approval", "question"]
 
@@ -105,6 +105,10 @@ class TurnCheckpoint:
     denied: bool = False
     decisions: tuple[Decision, ...] = ()
     version: int = 0
+    answer_at: int = -1
+    """The history index the batch's one answer goes to (-1: not recorded)."""
+    order: tuple[str, ...] = ()
+    """The batch's tool_use ids in the model's order (its answer keeps that order)."""
 
     @property
     def complete(self) -> bool:
@@ -138,6 +142,7 @@ class TurnCheckpoint:
             **({"decisions": [d.to_dict() for d in self.decisions]} if self.decisions else {}),
             "createdAt": self.created_at,
             "version": self.version,
+            **({"answerAt": self.answer_at, "order": list(self.order)} if self.answer_at >= 0 else {}),
         }
 
     @staticmethod
@@ -162,7 +167,21 @@ class TurnCheckpoint:
             decisions=tuple(decision_from_dict(r) for r in d.get("decisions", [])),
             created_at=float(d["createdAt"]),
             version=int(d.get("version", 0)),
+            answer_at=int(d.get("answerAt", -1)),
+            order=tuple(d.get("order", ())),
         )
+
+
+def reply(cp: TurnCheckpoint) -> Message:
+    """The one user message answering the closed batch: every result, in the batch's tool_use order."""
+    rank = {use_id: i for i, use_id in enumerate(cp.order)}
+    ordered = sorted(cp.results_so_far, key=lambda r: rank.get(r.tool_use_id, len(rank)))
+    return Message("user", tuple(ordered))
+
+
+def answered_now(cp: TurnCheckpoint) -> bool:
+    """Closed with nothing approved left to run: the batch's whole answer is known without a worker."""
+    return cp.closed and not cp.approved and cp.answer_at >= 0
 
 
 def decisions_for(cp: TurnCheckpoint, pending_id: str) -> list[Decision]:

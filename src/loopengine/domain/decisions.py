@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, get_args
 
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 HumanVerdict = Literal["approve", "deny"]
 HUMAN_VERDICTS: tuple[HumanVerdict, ...] = get_args(HumanVerdict)

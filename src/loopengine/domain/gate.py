@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.policy import Expiry
 from loopengine.domain.rules import RuleModel, RulesFile, summary
 

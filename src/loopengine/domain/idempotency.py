@@ -22,9 +22,9 @@ import json
 import re
 from typing import Any
 
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 TTL_SECONDS = 24 * 3600
 """How long a key is remembered (Stripe keeps them 24 h too)."""

@@ -11,9 +11,9 @@ import json
 from dataclasses import field
 from typing import Literal
 
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 Role = Literal["user", "assistant"]
 

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
 
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import PendingItem
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import TurnRecord
 
 Trigger = Literal["message", "resume", "schedule"]

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.jsontypes import JsonDict
 
 FIRST_RETRY_SECONDS = 30.0
 """The writer tries at once; the sweep leaves a record alone this long (the writer's attempt)."""

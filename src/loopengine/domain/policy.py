@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.frozen import frozen
 
 ON_EXPIRY = ("unknown", "deny")

@@ -24,9 +24,9 @@ from pydantic import (
     model_validator,
 )
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
+from loopengine.domain.base.yaml_lines import Lines, Loc, Problem
 from loopengine.domain.policy import parse_duration
-from loopengine.domain.yaml_lines import Lines, Loc, Problem
 
 Op = Literal["eq", "ne", "gt", "gte", "lt", "lte", "in", "contains"]
 DecisionName = Literal["allow", "deny", "ask"]

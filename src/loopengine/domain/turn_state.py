@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 CLAIMABLE = (TurnStatus.READY, TurnStatus.RETRYING, TurnStatus.RUNNING, TurnStatus.QUEUED)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import field
 from enum import StrEnum
 
+from loopengine.domain.base.ids import session_key
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.ids import session_key
-from loopengine.domain.jsontypes import JsonDict
 
 
 class TurnStatus(StrEnum):
@@ -91,7 +91,7 @@ class TurnRecord:
 
     @property
     def session_key(self) -> str:
-        """Where the turn's session is stored (:func:`~loopengine.domain.ids.session_key`).
+        """Where the turn's session is stored (:func:`~loopengine.domain.base.ids.session_key`).
 
         A turn stored before session ids were scoped by tenant (``scoped_session`` false) keeps its
         session's bare id, so a turn parked across that upgrade resumes on its own history.

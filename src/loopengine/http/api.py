@@ -13,12 +13,13 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.app import api_models as m
-from loopengine.domain.errors import LoopengineError
-from loopengine.http import auth, openapi, routes_inbox, routes_pending, routes_turns, validation, web
+from loopengine.channels.inbox import routes as routes_inbox
+from loopengine.channels.lark.routes import router as lark_router
+from loopengine.channels.magic.routes import router as magic_router
+from loopengine.channels.slack.routes import router as slack_router
+from loopengine.domain.base.errors import LoopengineError
+from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
 from loopengine.http.observability import flush, logger
-from loopengine.http.routes_lark import router as lark_router
-from loopengine.http.routes_magic import router as magic_router
-from loopengine.http.routes_slack import router as slack_router
 
 # deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
 app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])

@@ -44,7 +44,7 @@ from aws_lambda_powertools.event_handler.api_gateway import BaseRouter
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.principals import OPERATOR, Principal, typed
 from loopengine.http import jwt_claims, secrets
 from loopengine.http.web import HttpError

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loopengine.domain import ids
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base import ids
+from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.frozen import frozen
 from loopengine.domain.principals import Principal, typed
 from loopengine.http.web import HttpError

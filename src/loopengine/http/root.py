@@ -9,7 +9,7 @@ with :func:`install` (for example one whose invoker records or runs resumes in-p
 The agent registry (parsed agent folders, imported tool code) is kept apart from the engine: after
 a SnapStart restore :func:`reconnect` drops the engine, whose stores, invoker, model and notifiers
 hold network clients made before the snapshot, and keeps the registry, which holds none
-(:mod:`loopengine.http.snapstart`).
+(:mod:`loopengine.http.functions.snapstart`).
 """
 
 from __future__ import annotations

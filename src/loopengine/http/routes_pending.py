@@ -10,8 +10,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from loopengine.app import api_models as m
 from loopengine.app import views
-from loopengine.app.resolution import Resolution
-from loopengine.domain import limits
+from loopengine.app.request.resolution import Resolution
+from loopengine.domain.base import limits
 from loopengine.http import auth, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers

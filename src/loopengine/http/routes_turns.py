@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 
 from loopengine.app import api_models as m
 from loopengine.app import views
-from loopengine.domain import limits
+from loopengine.domain.base import limits
 from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers

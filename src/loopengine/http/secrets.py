@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.errors import ConfigError
 
 ARN_SUFFIX = "_SECRET_ARN"
 MAX_AGE = 300

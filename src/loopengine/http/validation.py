@@ -35,7 +35,7 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
 )
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from loopengine.domain import ids
+from loopengine.domain.base import ids
 from loopengine.http import web
 
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]

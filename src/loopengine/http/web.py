@@ -4,7 +4,7 @@ Request data enters only through :func:`raw_body`, :func:`json_body` (which Powe
 validation reads JSON bodies through, :mod:`loopengine.http.validation`), :func:`form_body` and the
 :func:`edge` middleware (query strings and paths), so DESIGN.md's input hygiene holds on every
 route: invalid UTF-8, lone surrogates, JSON nested deeper than 64 levels and non-finite numbers are
-400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.domain.jsonsafe`).
+400 ``invalid_input`` before anything changes or any model sees them (:mod:`loopengine.domain.base.jsonsafe`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine.app.waits import TooManyWaits
-from loopengine.domain import errors, jsonsafe
+from loopengine.app.request.waits import TooManyWaits
+from loopengine.domain.base import errors, jsonsafe
+from loopengine.domain.base.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 from loopengine.domain.idempotency import IdempotencyMismatch
-from loopengine.domain.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 
 STATUS: list[tuple[type[errors.LoopengineError], int]] = [
     (IdempotencyMismatch, 422),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.scaffold import new_agent, next_steps
-from loopengine.domain.yaml_lines import display
+from loopengine.domain.base.yaml_lines import display
 from loopengine.mcp.agents import probe_agents
 
 

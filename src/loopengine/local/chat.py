@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import TextIO
 
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.local.chat_client import (
     SERVER_WAIT_SECONDS,
     ChatClient,

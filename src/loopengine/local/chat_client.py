@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from http.client import HTTPResponse
 from urllib.parse import quote
 
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.jsontypes import JsonDict
 
 CHANNEL_HEADER = "X-Loopengine-Channel"
 

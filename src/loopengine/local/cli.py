@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from loopengine.domain.errors import LoopengineError
+from loopengine.domain.base.errors import LoopengineError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,10 +17,10 @@ from typing import Any, TextIO
 from loopengine.app import views
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
-from loopengine.app.resolution import Decider
+from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import DEFAULT_DB, build_runtime
 from loopengine.channels.webhook.verify import ReceivedWebhook, WebhookReceiver
-from loopengine.domain.clock import SystemClock
+from loopengine.domain.base.clock import SystemClock
 from loopengine.stores.sqlite import open_sqlite_stores
 
 AGENT = "customer-service"

@@ -190,7 +190,7 @@ def serve(
     Listens on ``host`` and answers requests whose Host header is loopback or ``host``; a client
     has ``read_timeout`` seconds to send each whole request.
     """
-    from loopengine.domain.timings import timings
+    from loopengine.domain.base.timings import timings
 
     timings(os.environ)  # a malformed setting fails here, once, not in every environment
     # Ctrl-C (or `kill -INT`) stops it even when it was started with SIGINT ignored, as a script's

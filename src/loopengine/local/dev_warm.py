@@ -3,7 +3,7 @@
 ``loopengine dev`` starts its environments with multiprocessing's ``forkserver`` method: one
 server process imports this module, then forks each environment from itself, so N environments
 pay the imports once and start with them loaded (copy-on-write). It is the local counterpart of a
-SnapStart snapshot (:func:`loopengine.http.snapstart.before_snapshot`), minus everything that holds
+SnapStart snapshot (:func:`loopengine.http.functions.snapstart.before_snapshot`), minus everything that holds
 a connection or a file: no engine, no store, no agent folder is touched here, because an open
 SQLite connection or socket must not be shared across a fork. Each environment builds its own
 engine when it starts (``dev._ignore_interrupts``).
@@ -11,7 +11,7 @@ engine when it starts (``dev._ignore_interrupts``).
 Loaded: the api handler and its routes' first-use modules, and the Anthropic SDK with one client
 made and dropped when turns here call Anthropic (a key is set and the model is not scripted: about
 2 s of CPU that each environment used to pay on its first model call). Not loaded: boto3, which
-a local store on SQLite never uses (:mod:`loopengine.http.preload`, not the Lambda init module).
+a local store on SQLite never uses (:mod:`loopengine.http.functions.preload`, not the Lambda init module).
 Route validation and the pydantic models left to first use are not built here: a ``loopengine
 dev`` serving a few requests (most do) would pay for all of them. Measured (``--workers 2``, CPU of
 the whole process tree 4 s after ``GET /health`` answered): 1.17 s spawning, 0.8 s forked from
@@ -45,14 +45,15 @@ def warm() -> list[str]:
 
 
 def _handler() -> None:
-    from loopengine.http import api, preload
+    from loopengine.http import api
+    from loopengine.http.functions import preload
 
     assert api.handler is not None
     preload.load_first_use()
 
 
 def _model_sdk() -> None:
-    from loopengine.http import preload
+    from loopengine.http.functions import preload
 
     if preload.wants_model_sdk(os.environ):
         preload.warm_model_sdk()

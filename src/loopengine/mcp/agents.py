@@ -18,8 +18,8 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.mcp import McpConnector, McpNotRun, McpPin, tools_of
 from loopengine.authoring.registry import AgentRegistry, AgentStatus
 from loopengine.authoring.tools import Tool, ToolFn
-from loopengine.domain.errors import AgentUnavailable
-from loopengine.domain.yaml_lines import display
+from loopengine.domain.base.errors import AgentUnavailable
+from loopengine.domain.base.yaml_lines import display
 
 log = logging.getLogger("loopengine.mcp")
 PROBE_CONNECT_SECONDS = 2.0

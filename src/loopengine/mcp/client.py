@@ -32,8 +32,8 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from loopengine.authoring.mcp import ListedTool, McpAnswer, McpNotRun, McpPin, McpServer
-from loopengine.domain.errors import ToolOutcomeUnknown
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.errors import ToolOutcomeUnknown
+from loopengine.domain.base.jsontypes import JsonDict
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ never talks to the model (a resolve that leaves items outstanding, a health chec
 Without an explicit ``client`` one is built on first use with ``anthropic.Anthropic()``, which
 reads ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` itself.
 
-Every SDK failure becomes a :class:`~loopengine.domain.errors.ModelError`, raised ``from`` the SDK's
+Every SDK failure becomes a :class:`~loopengine.domain.base.errors.ModelError`, raised ``from`` the SDK's
 exception. The table mirrors the SDK's own retry policy, applied after its retries ran out:
 
     SDK exception                                   loopengine error
@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 from loopengine.app.ports import ModelRequest, ModelResponse, TextSink
-from loopengine.domain.errors import FatalModelError, RetryableModelError
+from loopengine.domain.base.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from loopengine.app.ports import ModelRequest, ModelResponse
-from loopengine.domain.errors import FatalModelError
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.errors import FatalModelError
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
 
 Responder = Callable[[ModelRequest], ModelResponse]

@@ -15,7 +15,7 @@ Guarantees, and how:
   with one pointer per pendingId), plus its messages and outbox records (plus a BatchWriteItem of
   blob parts first, only for a huge record).
 - ``replace``/``replace_turn`` are PutItems conditioned on the stored ``version``; the loser gets
-  :class:`~loopengine.domain.errors.VersionConflict` carrying the stored record from ALL_OLD, no
+  :class:`~loopengine.domain.base.errors.VersionConflict` carrying the stored record from ALL_OLD, no
   second read (a turn this process holds a later version of is refused without a request).
 - An append is one write of one item per new message, each created absent: an item at
   ``expected_len`` already there means the history moved (``DynamoSessionStore.append``).
@@ -33,10 +33,10 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from loopengine.app.ports import Change, Stores
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import AlreadyExists, StoreError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import AlreadyExists, StoreError
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.idempotency import IdempotencyRecord
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore

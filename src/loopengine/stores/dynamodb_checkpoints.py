@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from loopengine.domain.base.errors import AlreadyExists
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.errors import AlreadyExists
 from loopengine.domain.turns import TurnRecord
 from loopengine.stores.dynamodb_codec import key, s
 from loopengine.stores.dynamodb_index import read as read_index

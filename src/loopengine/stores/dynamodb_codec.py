@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loopengine.domain.errors import StoreError
+from loopengine.domain.base.errors import StoreError
 
 Item = dict[str, Any]
 """One item (or key) in DynamoDB's wire form, e.g. ``{"pk": {"S": "CP#1"}, "version": {"N": "3"}}``."""

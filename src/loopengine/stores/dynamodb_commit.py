@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from loopengine.app.ports import Change, Committed
+from loopengine.domain.base.errors import AlreadyExists, StoreError, VersionConflict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import TurnRecord, TurnStatus
 from loopengine.stores.dynamodb_codec import n
 from loopengine.stores.dynamodb_heads import EventGroup, Head, TurnLog, claim_digest

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.turns import CallRecord, TurnRecord
 from loopengine.stores.dynamodb_codec import Item
 from loopengine.stores.dynamodb_tokens import WRITE_TOKEN, new_token

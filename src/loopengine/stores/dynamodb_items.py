@@ -75,10 +75,10 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import StoreError, VersionConflict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import StoreError, VersionConflict
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loopengine.domain.errors import VersionConflict
+from loopengine.domain.base.errors import VersionConflict
 from loopengine.domain.messages import Message
 from loopengine.stores.dynamodb_items import DynamoStore
 from loopengine.stores.dynamodb_table import TransactionCancelled

@@ -7,7 +7,7 @@ Errors: a failed condition becomes :class:`ConditionFailed` carrying the stored 
 conditional write asks for ``ReturnValuesOnConditionCheckFailure=ALL_OLD``, so nobody needs a second
 read); a transaction cancelled by a failed condition becomes :class:`TransactionCancelled` with the
 per-action reasons. A transaction that lost to another transaction is retried a bounded number of
-times; everything else is :class:`~loopengine.domain.errors.StoreError` raised ``from`` botocore's
+times; everything else is :class:`~loopengine.domain.base.errors.StoreError` raised ``from`` botocore's
 exception, after botocore's own bounded ``standard``-mode retries (throttling, 5xx, timeouts).
 
 Idempotency: each ``put`` and each ``transact`` is one logical write with one token
@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from loopengine.domain.errors import StoreError
+from loopengine.domain.base.errors import StoreError
 from loopengine.stores.dynamodb_client import new_client as new_client
 from loopengine.stores.dynamodb_codec import Item, inline, key, manifest, n, reassemble, s
 from loopengine.stores.dynamodb_tokens import carries, new_token, stamp, stamp_action

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from loopengine.app.ports import Change, Committed, Stores
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import AlreadyExists, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus

@@ -4,7 +4,7 @@ One database file in WAL mode, one connection per thread. Every write runs insid
 ``BEGIN IMMEDIATE``, which takes the database's write lock before the first read, so a
 read-modify-write (the compare-and-set behind ``replace``, the length check behind ``append``) is
 atomic across threads *and* processes on one machine; a writer that finds the lock taken waits up to
-the busy timeout, then fails with :class:`~loopengine.domain.errors.StoreError`.
+the busy timeout, then fails with :class:`~loopengine.domain.base.errors.StoreError`.
 
 Records are stored as their JSON ``to_dict`` form in ``body``; the columns beside it (see
 ``SCHEMA``) exist only to filter, order or compare. The stores themselves live in
@@ -22,8 +22,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from loopengine.domain.errors import ConfigError, StoreError, VersionConflict
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.errors import ConfigError, StoreError, VersionConflict
+from loopengine.domain.base.jsontypes import JsonDict
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,

@@ -18,7 +18,7 @@ pages verify with; never inline, never logged): without it the notifier is not b
 
 Sent with SES ``SendEmail`` (v1 API); the boto3 client is created on first send, with the standard
 retry mode. A recipient SES refuses does not stop the others; the send then raises
-:class:`~loopengine.domain.errors.DeliveryError` saying how many got theirs.
+:class:`~loopengine.domain.base.errors.DeliveryError` saying how many got theirs.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from loopengine.channels.aws import (
 )
 from loopengine.channels.base import setting
 from loopengine.channels.magic import token as magic
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 from loopengine.domain.policy import describe, parse_duration
 
 ENV_SENDER = "LOOPENGINE_SES_SENDER"
@@ -162,7 +162,7 @@ class EmailNotifier(AwsNotifier):
         """Send from ``sender`` to each of ``recipients``; links are signed with ``secret``.
 
         ``client`` replaces the boto3 SES client (built on first send otherwise). Raises
-        :class:`~loopengine.domain.errors.ConfigError` for no recipients, an empty secret, a public URL
+        :class:`~loopengine.domain.base.errors.ConfigError` for no recipients, an empty secret, a public URL
         that is not absolute http(s) or a non-positive link TTL.
         """
         if not recipients:
@@ -253,7 +253,7 @@ class EmailNotifier(AwsNotifier):
     def send(self, notification: Notification) -> str:
         """Email every recipient; return ``"email to N recipients via SES"``.
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` for an unknown event, an approval or
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event, an approval or
         question without pendingId, or when SES refuses any recipient's email (after trying all).
         """
         if notification.event not in EVENTS:

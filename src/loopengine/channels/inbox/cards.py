@@ -1,6 +1,6 @@
 """What the inbox page shows, as plain records: one :class:`Card` per open item, grouped, and the flash.
 
-Built from :class:`loopengine.app.items.ItemView` (the item, its turn's checkpoint, its tool as the
+Built from :class:`loopengine.app.request.items.ItemView` (the item, its turn's checkpoint, its tool as the
 turn's config snapshot describes it, and its fate), never from the stores. The argument controls are
 the magic-link form's (:mod:`loopengine.channels.magic.form`): the same fields from the tool's JSON
 Schema, the same texts, read back by the same :func:`~loopengine.channels.magic.form.edits`. What
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopengine.app.items import ItemView
+from loopengine.app.request.items import ItemView
 from loopengine.authoring.tools import Tool
 from loopengine.channels.magic import form as forms
 from loopengine.domain.decisions import Approve

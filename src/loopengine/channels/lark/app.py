@@ -26,7 +26,7 @@ which is why ``app_id_env`` defaults to it). The cards are :mod:`loopengine.chan
    JSON string>}`` answers ``{"code": 0, "data": {"message_id": ...}}``.
 
 Any other status, a non-zero ``code``, a timeout or a refused connection is a
-:class:`~loopengine.domain.errors.DeliveryError` (the outbox retries it); messages never carry the
+:class:`~loopengine.domain.base.errors.DeliveryError` (the outbox retries it); messages never carry the
 app secret or the token. Written against Lark's published API reference and its official SDKs'
 models, not exercised against a real tenant: if Lark refuses with a ``code``, check here first.
 """
@@ -43,8 +43,8 @@ from loopengine.channels import http
 from loopengine.channels.base import secret, setting
 from loopengine.channels.lark.cards import CardMaker
 from loopengine.channels.lark.send import USER_AGENT, cards_from_config, read_answer
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import httpx
@@ -142,7 +142,7 @@ class LarkAppNotifier(http.HttpNotifier):
     def send(self, notification: Notification) -> str:
         """Post the card; return the destination once Lark answers ``code`` 0.
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` for an unknown event or unusable
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event or unusable
         payload, a token Lark will not give, a non-2xx answer, a non-zero ``code``, a timeout or
         a connection failure.
         """

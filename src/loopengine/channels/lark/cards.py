@@ -4,7 +4,7 @@ Cards use Lark's message-card JSON 1.0 (``config`` / ``header`` / ``elements`` w
 ``action``, ``button`` and ``note`` tags); both senders (the custom bot's webhook,
 :mod:`loopengine.channels.lark.send`, and the app's bot, :mod:`loopengine.channels.lark.app`)
 post what :class:`CardMaker` builds, and the interaction callback
-(:mod:`loopengine.http.routes_lark`) answers with :func:`fate_card`.
+(:mod:`loopengine.channels.lark.routes`) answers with :func:`fate_card`.
 
 **Two kinds of button.**
 
@@ -38,10 +38,10 @@ from typing import Any, Literal
 
 from loopengine.channels.base import clip, text_of
 from loopengine.channels.magic import token as magic
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.fate import Fate, FateState
-from loopengine.domain.jsontypes import JsonDict
 
 Verdict = Literal["approve", "deny", "answer"]
 

@@ -63,9 +63,9 @@ from enum import StrEnum
 from typing import Any
 
 from loopengine.channels.lark.cards import Verdict, parse_button_value
-from loopengine.domain.errors import InvalidInput
-from loopengine.domain.jsonsafe import parse_json
-from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.jsonsafe import parse_json
+from loopengine.domain.base.jsontypes import JsonDict
 
 SIGNATURE_HEADER = "X-Lark-Signature"
 TIMESTAMP_HEADER = "X-Lark-Request-Timestamp"

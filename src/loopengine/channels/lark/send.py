@@ -24,7 +24,7 @@ check this module first.
 answers HTTP 200 with ``{"code": 0, ...}`` on success (older deployments also send
 ``"StatusCode": 0``); any other ``code`` (e.g. 19021, bad signature; 19024, keyword check failed),
 another HTTP status, a timeout or a refused connection is a
-:class:`~loopengine.domain.errors.DeliveryError`. The webhook URL is a bearer credential (its last path
+:class:`~loopengine.domain.base.errors.DeliveryError`. The webhook URL is a bearer credential (its last path
 segment is the bot's token), so error messages name only its ``scheme://host``.
 
 **The signature** (when ``secret_env`` is set, matching "signature verification" in the bot's
@@ -41,7 +41,7 @@ from this module means: check this first. Lark refuses timestamps more than an h
 **The buttons** are links (``url``): Lark sends card callbacks only to the app that sent the card,
 never for a custom bot's, so buttons that decide in Lark need the app's bot
 (:mod:`loopengine.channels.lark.app`, chosen by ``chat_id``; ``callback: true`` here is a
-:class:`~loopengine.domain.errors.ConfigError`). The cards are
+:class:`~loopengine.domain.base.errors.ConfigError`). The cards are
 :mod:`loopengine.channels.lark.cards`'s:
 
 * with ``magic_link_recipient`` set, each card carries a signed, expiring magic link
@@ -71,8 +71,8 @@ from loopengine.channels import http
 from loopengine.channels.base import secret
 from loopengine.channels.lark.cards import DEFAULT_LINK_TTL, CardMaker
 from loopengine.channels.magic import token as magic
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import httpx
@@ -173,7 +173,7 @@ class LarkNotifier(http.HttpNotifier):
 
         With ``magic_secret`` and ``magic_recipient``, cards link to magic-link pages valid for
         ``link_ttl`` seconds; otherwise to the payload's ``resolveUrl``. ``transport`` replaces
-        httpx's network transport. Raises :class:`~loopengine.domain.errors.ConfigError` for a URL that
+        httpx's network transport. Raises :class:`~loopengine.domain.base.errors.ConfigError` for a URL that
         is not https (or http to a loopback host), half a magic-link setup, or a non-positive
         timeout or link lifetime.
         """
@@ -201,7 +201,7 @@ class LarkNotifier(http.HttpNotifier):
     def send(self, notification: Notification) -> str:
         """Post the card; return ``"lark <scheme://host>"`` once Lark answers ``code`` 0.
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` for an unknown event or unusable payload,
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event or unusable payload,
         a non-2xx answer, a non-zero ``code``, a timeout or a connection failure.
         """
         try:
@@ -256,7 +256,7 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     """An agent's Lark notifier: the app's bot (``chat_id``) or a custom bot (``webhook_url_env``).
 
     The webhook URL, the bot's signing secret and the app secret only ever come from the
-    environment; inline values are a :class:`~loopengine.domain.errors.ConfigError`, as is
+    environment; inline values are a :class:`~loopengine.domain.base.errors.ConfigError`, as is
     ``callback: true`` on a custom bot (Lark sends no callbacks for its cards).
     """
     if "chat_id" in config or "chat_id_env" in config:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from loopengine.authoring.tools import Tool
-from loopengine.domain import errors
+from loopengine.domain.base import errors
+from loopengine.domain.base.jsonsafe import BadJson, parse_json
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.decisions import Abandoned, Decision
 from loopengine.domain.fate import Fate, FateState
-from loopengine.domain.jsonsafe import BadJson, parse_json
-from loopengine.domain.jsontypes import JsonDict
 
 ARG_PREFIX = "arg."
 

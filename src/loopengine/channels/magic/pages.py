@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from loopengine.authoring.tools import Tool
 from loopengine.channels.magic.form import ClosedState, Field, fields, shown, when
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.jsontypes import JsonDict
 
 MULTILINE_AFTER = 80
 

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
 
 SECRET_ENV = "LOOPENGINE_MAGIC_LINK_SECRET"
 CHANNEL = "magic-link"

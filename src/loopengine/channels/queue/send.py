@@ -13,7 +13,7 @@ message attributes ``event`` and ``agent``. A FIFO queue (URL ending in ``.fifo`
 
 The client, the body, the attributes, the FIFO ids and the errors are
 :mod:`loopengine.channels.aws`'s: the boto3 client is created on first send, with the
-standard retry mode; AWS errors become :class:`~loopengine.domain.errors.DeliveryError` raised from the
+standard retry mode; AWS errors become :class:`~loopengine.domain.base.errors.DeliveryError` raised from the
 original.
 """
 
@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 from loopengine.app.ports import Notification
 from loopengine.channels.aws import MessageNotifier, target_config
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError
 
 ENV_QUEUE_URL = "LOOPENGINE_SQS_QUEUE_URL"
 _REGION_HOST = re.compile(r"^(?:sqs\.([a-z0-9-]+)|([a-z0-9-]+)\.queue)\.amazonaws\.com(?:\.cn)?$")
@@ -46,7 +46,7 @@ class QueueNotifier(MessageNotifier):
         """Target ``queue_url`` (in the region its host names, unless ``region`` says otherwise).
 
         ``client`` replaces the boto3 SQS client (built on first send otherwise). Raises
-        :class:`~loopengine.domain.errors.ConfigError` for something that is not a queue URL.
+        :class:`~loopengine.domain.base.errors.ConfigError` for something that is not a queue URL.
         """
         parts = urlsplit(queue_url)
         segments = [s for s in parts.path.split("/") if s]

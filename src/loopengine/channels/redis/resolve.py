@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from loopengine.authoring.agent_schema import EVENTS
 from loopengine.authoring.tools import args_hash
 from loopengine.channels import http
-from loopengine.domain.ids import is_pending_id
+from loopengine.domain.base.ids import is_pending_id
 
 if TYPE_CHECKING:
     import httpx

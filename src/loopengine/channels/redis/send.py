@@ -25,7 +25,7 @@ groups can read the same entries, and nothing is lost to a crashed worker.
 
 **At least once.** Every send goes through the outbox (:mod:`loopengine.domain.outbox`): a Redis
 that is down, refuses the password or holds another type at the key is a
-:class:`~loopengine.domain.errors.DeliveryError`, recorded and retried with backoff by the sweep.
+:class:`~loopengine.domain.base.errors.DeliveryError`, recorded and retried with backoff by the sweep.
 A send whose answer was lost may have pushed its entry, so an entry can arrive twice: both copies
 carry the same ``eventId``, which is what a consumer drops duplicates by. The client itself never
 retries (``retries=0``): retrying is the outbox's job, with its backoff and its audit trail.
@@ -64,12 +64,12 @@ from loopengine.app.ports import Notification
 from loopengine.authoring.agent_schema import EVENTS
 from loopengine.channels import http
 from loopengine.channels.base import notification_body, setting
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import redis
 
-    from loopengine.domain.clock import Clock
+    from loopengine.domain.base.clock import Clock
 
 ENV_URL = "LOOPENGINE_REDIS_URL"
 DEFAULT_KEY = "loopengine:approvals"
@@ -131,7 +131,7 @@ class RedisNotifier:
     ) -> None:
         """Target ``key`` on the Redis at ``url``.
 
-        Raises :class:`~loopengine.domain.errors.ConfigError` for a URL that is not ``redis://`` or
+        Raises :class:`~loopengine.domain.base.errors.ConfigError` for a URL that is not ``redis://`` or
         ``rediss://`` with a host, carries a query, or is plain ``redis://`` to a host that is not
         loopback without ``plaintext``; for an empty or overlong key, an unknown mode, ``maxlen``
         outside stream mode or not positive, and a timeout outside (0, 10].
@@ -173,7 +173,7 @@ class RedisNotifier:
     def send(self, notification: Notification) -> str:
         """Push the notification; return ``"redis <mode> <key> at <server>"`` (a stream adds the entry id).
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` for an unknown event, a payload that is
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event, a payload that is
         not JSON, and every Redis or network failure (down, timeout, refused password, wrong type
         at the key), from the original, with no password in the message.
         """

@@ -28,8 +28,8 @@ from loopengine.channels.slack.values import (
     Verb,
     button_value,
 )
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.fate import Fate, FateState
-from loopengine.domain.jsontypes import JsonDict
 
 SECTION_LIMIT = 3000
 """Slack's limit for a section's text."""

@@ -54,10 +54,10 @@ from loopengine.channels.slack.values import (
     parse_value,
 )
 from loopengine.channels.slack.values import button_value as make_value
+from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.jsonsafe import BadJson, parse_json
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.decisions import HumanVerdict
-from loopengine.domain.errors import InvalidInput
-from loopengine.domain.jsonsafe import BadJson, parse_json
-from loopengine.domain.jsontypes import JsonDict
 
 __all__ = [
     "APPROVE",

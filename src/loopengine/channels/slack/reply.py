@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from loopengine.channels import http
-from loopengine.domain.errors import DeliveryError
+from loopengine.domain.base.errors import DeliveryError
 
 if TYPE_CHECKING:
     import httpx
@@ -58,7 +58,7 @@ def post_reply(
     """POST ``message`` as JSON to a Slack interaction's ``response_url``; any 2xx is success.
 
     ``transport`` replaces httpx's network transport (tests pass ``httpx.MockTransport``).
-    Raises :class:`~loopengine.domain.errors.DeliveryError` for a URL that is not https (or http to a
+    Raises :class:`~loopengine.domain.base.errors.DeliveryError` for a URL that is not https (or http to a
     loopback host), a message that is not JSON, a timeout, a connection failure or a non-2xx
     answer; its message names the host, never the URL's path.
     """

@@ -22,7 +22,7 @@ blocks cannot be shown):
 The request is ``POST {api_base}/chat.postMessage`` with a JSON body and
 ``Authorization: Bearer <token>``. Slack answers HTTP 200 with ``{"ok": false, "error": "<code>"}``
 when it refuses (``channel_not_found``, ``not_in_channel``, ``invalid_auth``, ...): that is a
-:class:`~loopengine.domain.errors.DeliveryError` naming the code, as is any other status, a timeout or a
+:class:`~loopengine.domain.base.errors.DeliveryError` naming the code, as is any other status, a timeout or a
 refused connection. Error messages never contain the token. ``api_base`` must be https (http only
 to a loopback host, for local tests), since the token travels with every request. Redirects are not
 followed.
@@ -41,8 +41,8 @@ from loopengine.app.ports import Notification
 from loopengine.channels import http
 from loopengine.channels.base import clip, secret, setting, text_of
 from loopengine.channels.slack import blocks as slack
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import httpx
@@ -132,7 +132,7 @@ class SlackNotifier(http.HttpNotifier):
         """Post to ``channel`` with the bot ``token`` through ``api_base``.
 
         ``transport`` replaces httpx's network transport (tests may pass ``httpx.MockTransport``).
-        Raises :class:`~loopengine.domain.errors.ConfigError` for an empty channel or token, an
+        Raises :class:`~loopengine.domain.base.errors.ConfigError` for an empty channel or token, an
         ``api_base`` that is not https (or http to a loopback host), or a non-positive timeout.
         """
         channel = channel.strip()
@@ -154,7 +154,7 @@ class SlackNotifier(http.HttpNotifier):
     def send(self, notification: Notification) -> str:
         """Post the notification; return ``"slack #<channel>"`` once Slack says ``ok``.
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` for an unknown event or unusable payload,
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event or unusable payload,
         a non-2xx answer, ``{"ok": false}`` (naming Slack's error code), a timeout or a
         connection failure.
         """
@@ -192,7 +192,7 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     """An agent's Slack channel: ``{channel | channel_env, token_env, api_base | api_base_env}``.
 
     The bot token only ever comes from the environment (``token_env``); an inline ``token`` is a
-    :class:`~loopengine.domain.errors.ConfigError`. ``clock`` is unused (Slack needs no timestamps).
+    :class:`~loopengine.domain.base.errors.ConfigError`. ``clock`` is unused (Slack needs no timestamps).
     """
     channel = setting(config, env, "channel")
     if not channel:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loopengine.domain.errors import InvalidInput
+from loopengine.domain.base.errors import InvalidInput
 
 Verb = Literal["approve", "deny", "answer", "text"]
 APPROVE: Verb = "approve"

@@ -4,7 +4,7 @@ The request is ``POST {api_base}/views.open`` with the JSON body ``{"trigger_id"
 ``Authorization: Bearer <bot token>`` (Slack's Web API, as ``chat.postMessage`` in
 :mod:`loopengine.channels.slack.send`). Slack answers HTTP 200 with ``{"ok": true, "view": ...}``,
 or ``{"ok": false, "error": "<code>"}`` (``expired_trigger_id``: the trigger is good for 3 s;
-``invalid_auth``, ...), which is a :class:`~loopengine.domain.errors.DeliveryError` naming the
+``invalid_auth``, ...), which is a :class:`~loopengine.domain.base.errors.DeliveryError` naming the
 code, as is any other status, a timeout or a refused connection. Messages never contain the
 token. ``api_base`` must be https (http only to a loopback host, for local tests); redirects are
 not followed.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopengine.channels import http
 from loopengine.channels.slack.send import USER_AGENT, check_api_base, display
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import httpx

@@ -13,7 +13,7 @@ attributes ``event`` and ``agent`` let subscriptions filter. A FIFO topic (``.fi
 
 The client, the body, the attributes, the FIFO ids and the errors are
 :mod:`loopengine.channels.aws`'s: the boto3 client is created on first send with the standard
-retry mode, AWS errors become :class:`~loopengine.domain.errors.DeliveryError` raised from the original,
+retry mode, AWS errors become :class:`~loopengine.domain.base.errors.DeliveryError` raised from the original,
 and credentials come from the function's role, never from the config.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from loopengine.app.ports import Notification
 from loopengine.channels.aws import MessageNotifier, subject_line, target_config
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError
 
 ENV_TOPIC_ARN = "LOOPENGINE_SNS_TOPIC_ARN"
 MAX_SUBJECT_CHARS = 100
@@ -54,7 +54,7 @@ class SnsNotifier(MessageNotifier):
         """Target ``topic_arn`` (its region unless ``region`` says otherwise).
 
         ``client`` replaces the boto3 SNS client (built on first send otherwise). Raises
-        :class:`~loopengine.domain.errors.ConfigError` for something that is not an SNS topic ARN.
+        :class:`~loopengine.domain.base.errors.ConfigError` for something that is not an SNS topic ARN.
         """
         match = _TOPIC_ARN.match(topic_arn)
         if match is None:

@@ -3,7 +3,7 @@
 The body is ``{"event": ..., **payload}`` serialised once, compactly; the signature (see
 :mod:`loopengine.channels.signing`) is computed over exactly those bytes and sent in the event's
 header. Any 2xx answer counts as delivered. Anything else — another status (redirects are not
-followed), a timeout, a refused connection — raises :class:`~loopengine.domain.errors.DeliveryError`,
+followed), a timeout, a refused connection — raises :class:`~loopengine.domain.base.errors.DeliveryError`,
 whose message names the destination (without query string or credentials) and never the secret.
 
 httpx is imported on first send, so importing this module stays cheap for routes that never
@@ -20,8 +20,8 @@ from loopengine.app.ports import Notification
 from loopengine.channels import http
 from loopengine.channels.base import notification_body, secret, setting
 from loopengine.channels.signing import sign, signature_header
-from loopengine.domain.clock import Clock
-from loopengine.domain.errors import ConfigError, DeliveryError
+from loopengine.domain.base.clock import Clock
+from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
     import httpx
@@ -54,7 +54,7 @@ class WebhookNotifier(http.HttpNotifier):
         """Target ``url``, signing with ``secret`` at ``clock`` time.
 
         ``transport`` replaces httpx's network transport (tests pass ``httpx.MockTransport``).
-        Raises :class:`~loopengine.domain.errors.ConfigError` for a URL that is not absolute http(s),
+        Raises :class:`~loopengine.domain.base.errors.ConfigError` for a URL that is not absolute http(s),
         an empty secret or a non-positive timeout.
         """
         try:
@@ -79,7 +79,7 @@ class WebhookNotifier(http.HttpNotifier):
     def send(self, notification: Notification) -> str:
         """POST the signed notification; return ``"webhook <url> (<status>)"`` on 2xx.
 
-        Raises :class:`~loopengine.domain.errors.DeliveryError` on an unknown event, a payload that is
+        Raises :class:`~loopengine.domain.base.errors.DeliveryError` on an unknown event, a payload that is
         not JSON, a non-2xx answer, a timeout or a connection failure.
         """
         try:
@@ -113,7 +113,7 @@ def from_env(environ: Mapping[str, str], clock: Clock) -> WebhookNotifier | None
 
     Reads ``LOOPENGINE_DEFAULT_WEBHOOK_URL`` and ``LOOPENGINE_DEFAULT_WEBHOOK_SECRET`` (blank
     counts as unset; the URL is stripped, the secret is used exactly as given). A URL needs its
-    secret: a URL without one raises :class:`~loopengine.domain.errors.ConfigError` rather than sending
+    secret: a URL without one raises :class:`~loopengine.domain.base.errors.ConfigError` rather than sending
     unsigned webhooks. A secret without a URL configures nothing and returns ``None``.
     """
     url = environ.get(ENV_URL, "").strip()

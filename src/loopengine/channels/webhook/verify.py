@@ -37,7 +37,7 @@ from loopengine.channels.signing import (
     WebhookVerificationError,
     verify_webhook,
 )
-from loopengine.domain.clock import Clock
+from loopengine.domain.base.clock import Clock
 
 MAX_BODY = 1 << 20
 

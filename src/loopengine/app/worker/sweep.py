@@ -1,0 +1,78 @@
+"""The sweep: the periodic pass that finds every stalled turn and moves it on.
+
+See :mod:`loopengine.domain.turn_state` for what makes a turn due; a turn handed on twice still runs
+once (the worker's claim is a compare-and-set).
+"""
+
+from __future__ import annotations
+
+from loopengine.app import delivery
+from loopengine.app.request import expiry
+from loopengine.app.request.handoff import hand_on
+from loopengine.app.runtime import Runtime
+from loopengine.app.worker.resume import session_free
+from loopengine.domain import turn_state as ts
+from loopengine.domain.frozen import frozen
+from loopengine.domain.turns import TurnRecord, TurnStatus
+
+
+@frozen
+class SweepResult:
+    """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
+
+    expired: int = 0
+    recovered: int = 0
+    notified: int = 0
+    failed: int = 0
+
+
+def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
+    """The periodic pass that finds every stalled turn (see :mod:`loopengine.domain.turn_state`).
+
+    Due turns: a PAUSED one has items past their ttl (expired by policy); a RUNNING one lost its
+    runner (its lease ran out), a READY one was never claimed (the invoke failed or was lost), a
+    RETRYING one's retry time came, a QUEUED one may start: each is handed to the resume worker,
+    whose claim is a compare-and-set, so a turn handed on twice still runs once. Then every
+    notification that is due is sent again.
+    """
+    now = rt.stores.clock.now()
+    expired = recovered = failed = 0
+    for turn in rt.stores.turns.due_turns(now, limit):
+        try:
+            moved = _sweep_one(rt, turn, now)
+        except Exception as exc:  # one bad turn must not stop the pass; it stays due
+            failed += 1
+            _note_failure(rt, turn.turn_id, exc)
+            continue
+        expired += moved if turn.status is TurnStatus.PAUSED else 0
+        recovered += moved if turn.status is not TurnStatus.PAUSED else 0
+    notified = delivery.deliver_due(rt, limit)
+    return SweepResult(expired, recovered, notified, failed)
+
+
+def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
+    """Move one due turn on; returns how many items expired (PAUSED) or 1 if it was handed on."""
+    if turn.status is TurnStatus.PAUSED:
+        return expiry.expire_due(rt, turn)
+    if ts.look_later(turn, now) is not None:  # its runner renewed the lease: not due, nothing to do
+        rt.update_turn(turn.turn_id, lambda t: ts.look_later(t, now), turn)  # look at the lease end
+        return 0
+    if turn.status is TurnStatus.QUEUED:
+        if session_free(rt, turn):
+            hand_on(rt, turn)
+            return 1
+        # not yet: out of this page, so the turns behind it are reached
+        rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, now + rt.handoff_grace), turn)
+        return 0
+    if turn.status in ts.CLAIMABLE:
+        rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
+        hand_on(rt, turn)
+        return 1
+    return 0
+
+
+def _note_failure(rt: Runtime, turn_id: str, exc: Exception) -> None:
+    try:
+        rt.event(turn_id, "sweep_failed", error=f"{type(exc).__name__}: {exc}")
+    except Exception:
+        return
