@@ -97,29 +97,6 @@ def test_the_workers_cold_import_does_not_load_asyncio(module: str) -> None:
     assert "asyncio" not in sample(handler_code(module)).modules
 
 
-FROZEN_DATACLASSES = """
-import json, sys
-import {module}
-found = sorted(
-    f"{{name}}.{{cls.__qualname__}}"
-    for name, mod in list(sys.modules.items()) if name.startswith("loopengine")
-    for cls in vars(mod).values()
-    if isinstance(cls, type) and cls.__module__ == name and "__dataclass_params__" in vars(cls)
-    and cls.__dataclass_params__.frozen
-)
-print(json.dumps(found))
-"""
-
-
-@pytest.mark.parametrize("module", HANDLERS)
-def test_the_records_a_handler_imports_are_frozen_without_compiling_six_methods_each(module: str) -> None:
-    """``@dataclass(frozen=True)`` compiles six methods per class at import, from long source text (most
-    of the engine's cold import on Python 3.12); ``@frozen`` (domain/frozen.py) one short ``__init__``.
-    No record on a handler's import path is a ``@dataclass(frozen=True)``."""
-    compiled = set(_classes_found(FROZEN_DATACLASSES, module))
-    assert not compiled, sorted(compiled)
-
-
 STRING_ANNOTATED_MODELS = """
 import json, sys
 from pydantic import BaseModel
@@ -155,7 +132,7 @@ def _classes_found(code: str, module: str) -> list[str]:
     One interpreter runs every scan of a module (each prints one JSON line), once per worker.
     """
     if (code, module) not in _scans:
-        scans = (FROZEN_DATACLASSES, STRING_ANNOTATED_MODELS)
+        scans = (STRING_ANNOTATED_MODELS,)
         for scan, found in zip(scans, _scan(module, scans), strict=True):
             _scans[(scan, module)] = found
     return _scans[(code, module)]

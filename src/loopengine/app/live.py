@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 from loopengine.domain.base.clock import Clock
 from loopengine.domain.base.ids import new_id
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 TEXT_DELTA = "text:delta"
 DELTA_FLUSH_SECONDS = 0.25
@@ -45,7 +45,7 @@ RING_TURNS = 256
 """Turns this process keeps pieces of (the least recently written ones are dropped first)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Piece:
     """One piece of a model call's text: ``offset`` characters of the call's text came before it."""
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from loopengine.app.runtime import Runtime
 from loopengine.domain.base.errors import NotFound
 from loopengine.domain.checkpoint import PendingItem
-from loopengine.domain.frozen import frozen
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TurnOutcome:
     """Where a turn stands after the loop stopped advancing it."""
 

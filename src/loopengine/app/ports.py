@@ -10,13 +10,12 @@ record, so the caller needs no second read. Creates raise
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from loopengine.domain.base.clock import Clock
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.frozen import frozen
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
@@ -69,7 +68,7 @@ class SessionStore(Protocol):
         ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Append:
     """Messages to add to a session iff its history has exactly ``expected_len`` messages."""
 
@@ -78,7 +77,7 @@ class Append:
     expected_len: int
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Change:
     """One atomic write of a state transition: all of it lands, or none of it.
 
@@ -110,7 +109,7 @@ class Change:
     of a pause, the finish), never in a write of its own."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Committed:
     """What a :class:`Change` stored (records at their new versions)."""
 
@@ -225,7 +224,7 @@ TextSink = Callable[[str], None]
 """Receives a model's text as it streams, piece by piece (see :attr:`ModelRequest.on_text`)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One Messages API call.
 
@@ -246,7 +245,7 @@ class ModelRequest:
     on_text: TextSink | None = field(default=None, compare=False, repr=False)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ModelResponse:
     """What the model said: content blocks and its stop reason."""
 
@@ -266,7 +265,7 @@ class ModelClient(Protocol):
         ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Notification:
     """An outgoing event: ``approval``, ``question``, ``run_start`` or ``run_finish``."""
 
@@ -294,7 +293,7 @@ class ResumeInvoker(Protocol):
         ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Stores:
     """The three stores plus the clock, as one bundle the core passes around.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopengine.authoring.agent_schema import AgentFile
@@ -25,13 +25,12 @@ from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
 from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import RuleSet
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AgentConfig:
     """Everything a turn runs under.
 

@@ -8,6 +8,7 @@ together) and raised at once as :class:`~loopengine.domain.base.errors.AgentUnav
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,12 @@ from loopengine.authoring.agent_schema import AgentFile, cross_check, target_pro
 from loopengine.authoring.tools import Tool
 from loopengine.domain.base.errors import AgentUnavailable
 from loopengine.domain.base.yaml_lines import Lines, Problem, display, load, unavailable
-from loopengine.domain.frozen import frozen
 from loopengine.domain.rules import RulesFile, problems
 
 _NAME_LINE = re.compile(r"""^name:\s*["']?([A-Za-z0-9_-]+)["']?\s*(?:#.*)?$""", re.MULTILINE)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class FolderText:
     """The YAML files of a folder as read at one moment (``None``: the file does not exist)."""
 

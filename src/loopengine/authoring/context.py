@@ -18,12 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loopengine.domain.base.clock import Clock, SystemClock
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 KEY_PREFIX = "le_"
 """Every idempotency key starts with this (then 40 hex digits: 160 bits of SHA-256)."""
@@ -49,7 +48,7 @@ class ToolCancelled(Exception):
     """Raised by :meth:`ToolContext.check` once the turn's stop was requested (cancelled or superseded)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ToolContext:
     """The call a tool runs: whose, which, who approved it, until when, and whether to stop.
 

@@ -27,6 +27,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -35,7 +36,6 @@ from pydantic import Field, field_validator, model_validator
 from loopengine.authoring.tools import ASK_USER, Tool, ToolFn
 from loopengine.domain.base.errors import LoopengineError
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 from loopengine.domain.rules import Duration, NonEmpty, Strict
 
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
@@ -128,7 +128,7 @@ def _loopback(url: str) -> bool:
         return False
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class McpServer:
     """An MCP server as a turn pins it (header *names* and variable names only, never values)."""
 
@@ -199,7 +199,7 @@ class McpServer:
         )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ListedTool:
     """A tool as the server lists it (its own name)."""
 
@@ -223,7 +223,7 @@ def schema_hash(name: str, description: str, input_schema: JsonDict) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class McpPin:
     """What a turn pinned about one MCP tool: which server, the server's tool name, and its hash."""
 
@@ -241,7 +241,7 @@ class McpPin:
         return McpPin(str(d["server"]), str(d["tool"]), str(d["schemaHash"]))
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class McpAnswer:
     """The server's answer to a call, rendered as tool_result text."""
 
@@ -265,7 +265,7 @@ class McpConnector(Protocol):
         ...
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class McpTools:
     """One server's listing turned into tools (with their pins), and the tools it left out, and why."""
 

@@ -28,13 +28,12 @@ from loopengine.authoring.agent_loader import FolderText, parse_folder, route_na
 from loopengine.authoring.tools import ToolFn
 from loopengine.domain.base.errors import AgentUnavailable, NotFound
 from loopengine.domain.base.yaml_lines import Problem, display, unavailable
-from loopengine.domain.frozen import frozen
 
 PATH_ENV = "LOOPENGINE_AGENTS_PATH"
 Signature = tuple[int, int, int, int] | None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AgentEntry:
     """Where an agent lives; ``problem`` is set when its name is taken by another folder too."""
 
@@ -44,7 +43,7 @@ class AgentEntry:
     problem: Problem | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class AgentStatus:
     """One agent folder as ``loopengine agents`` reports it."""
 
@@ -60,7 +59,7 @@ class _Loaded:
     error: AgentUnavailable | None = None
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _State:
     names: dict[Path, tuple[Signature, str, int]] = field(default_factory=dict)
     loaded: dict[Path, _Loaded] = field(default_factory=dict)

@@ -9,6 +9,7 @@ Nothing is ever overwritten: an existing folder is an error.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
@@ -17,10 +18,9 @@ from loopengine.authoring.agent_schema import AGENT_NAME
 from loopengine.authoring.scaffold_standin import STANDIN_PY
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.yaml_lines import display
-from loopengine.domain.frozen import frozen
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Scaffolded:
     """What :func:`new_agent` wrote."""
 

@@ -13,16 +13,17 @@ A target takes an event when its ``events`` (default: all) list it and, for ``ap
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from loopengine.authoring.agent_schema import TOOL_EVENTS
 from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 DEFAULT_KEY = "t0"
 """The key of an agent's first target (also: the deployment default, and a record without a key)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class NotifierTarget:
     """One place an agent's notifications go.
 

@@ -19,11 +19,11 @@ import re
 import types
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine.authoring.context import MAX_TOOL_TIMEOUT, ToolContext
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 ToolFn = Callable[..., Any]
 """``fn(args)`` or ``fn(args, ctx: ToolContext)``, plain or ``async``."""
@@ -33,7 +33,7 @@ _UNRESOLVED_CONTEXT = re.compile(r"^(?:None\|)?(?:loopengine\.)?ToolContext(?:\|
 """A string annotation naming ToolContext that cannot be evaluated (imported under TYPE_CHECKING)."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Tool:
     """A callable tool; ``execute`` returns anything JSON-serialisable (or a string).
 

@@ -19,7 +19,7 @@ write makes the turn ready to resume (:func:`loopengine.domain.turn_state.ready`
 
 from __future__ import annotations
 
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, TypedDict
 
 from loopengine.domain import outcomes
@@ -35,13 +35,12 @@ from loopengine.domain.decisions import (
     Skipped,
     decision_from_dict,
 )
-from loopengine.domain.frozen import frozen
 from loopengine.domain.messages import Message, ToolResultBlock, block_from_dict
 
 Kind = Literal["approval", "question"]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class PendingItem:
     """One call waiting for a human."""
 
@@ -88,7 +87,7 @@ class PendingItem:
         )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TurnCheckpoint:
     """A paused batch; see the module docstring."""
 

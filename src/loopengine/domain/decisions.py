@@ -14,10 +14,10 @@ models, the magic-link form, Slack and Lark buttons all use it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 HumanVerdict = Literal["approve", "deny"]
 HUMAN_VERDICTS: tuple[HumanVerdict, ...] = get_args(HumanVerdict)
@@ -29,7 +29,7 @@ POLICY = "policy"
 """``decided_by`` of an item the agent's expiry policy closed."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class DecidedBy:
     """Who decided, and through which channel (the server's word for it, never the client's).
 
@@ -49,7 +49,7 @@ class DecidedBy:
         return found
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Record:
     kind: ClassVar[DecisionKind]
     pending_id: str
@@ -80,7 +80,7 @@ class _Record:
         return DecidedBy(self.decided_by, self.channel)
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Approve(_Record):
     """Approved; ``edited_args`` when the approver changed the call (they are what runs)."""
 
@@ -92,7 +92,7 @@ class Approve(_Record):
         return {"editedArgs": self.edited_args, "comment": self.comment}
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Deny(_Record):
     """Denied: the batch closes and its other items are skipped."""
 
@@ -103,7 +103,7 @@ class Deny(_Record):
         return {"comment": self.comment}
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Answer(_Record):
     """A question answered."""
 
@@ -114,7 +114,7 @@ class Answer(_Record):
         return {"answer": self.answer}
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Expired(_Record):
     """Nobody answered in time; ``on_expiry`` says what the policy made of it (unknown or deny)."""
 
@@ -127,7 +127,7 @@ class Expired(_Record):
         return {"onExpiry": self.on_expiry}
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Abandoned(_Record):
     """Closed with no decision (superseded, cancelled): the call did not run."""
 
@@ -138,7 +138,7 @@ class Abandoned(_Record):
         return {"why": self.why}
 
 
-@frozen(kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Skipped(_Record):
     """Another item of the same batch was denied, so this one did not run."""
 

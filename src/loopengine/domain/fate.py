@@ -18,11 +18,11 @@ Channels word it their own way (a page, a Slack message); what they word is this
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Abandoned, Answer, Approve, Decision, Deny, Expired, Skipped
-from loopengine.domain.frozen import frozen
 from loopengine.domain.turns import StopReason
 
 
@@ -41,7 +41,7 @@ class FateState(StrEnum):
     ABANDONED = "abandoned"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Fate:
     """An item's fate and the record behind it (``None`` while open, gone or expired unrecorded)."""
 

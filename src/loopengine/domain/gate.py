@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -28,7 +28,6 @@ from pydantic import ValidationError
 
 from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 from loopengine.domain.policy import Expiry
 from loopengine.domain.rules import RuleModel, RulesFile, summary
 
@@ -101,7 +100,7 @@ def lookup(args: Any, path: str) -> Any:
     return cur
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Condition:
     """``{field, op, value}``: holds when ``op(args[field], value)`` is true."""
 
@@ -117,7 +116,7 @@ class Condition:
         return OPS[self.op](actual, self.value)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One line of the rules file."""
 
@@ -135,7 +134,7 @@ class Rule:
         return self.when is None or self.when.holds(args)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The gate's answer for one call, recorded once and never re-evaluated on resume."""
 
@@ -172,7 +171,7 @@ class Verdict:
         )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class RuleSet:
     """An ordered list of rules plus the decision when none matches."""
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 TTL_SECONDS = 24 * 3600
 """How long a key is remembered (Stripe keeps them 24 h too)."""
@@ -38,7 +38,7 @@ class IdempotencyMismatch(InvalidInput):
     code = "idempotency_mismatch"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     """A key that created a turn: ``key`` is the scoped hash, never the client's text."""
 
@@ -66,7 +66,7 @@ class IdempotencyRecord:
         )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A request's key and fingerprint, before its turn exists."""
 

@@ -8,17 +8,16 @@ them, so what is stored is what is sent.
 from __future__ import annotations
 
 import json
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Literal
 
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 Role = Literal["user", "assistant"]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TextBlock:
     """Plain text."""
 
@@ -30,7 +29,7 @@ class TextBlock:
         return {"type": "text", "text": self.text}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ToolUseBlock:
     """The model asks to call ``name`` with ``input``."""
 
@@ -44,7 +43,7 @@ class ToolUseBlock:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ToolResultBlock:
     """The answer to one tool_use; ``content`` is text (JSON text for tool output)."""
 
@@ -87,7 +86,7 @@ def block_from_dict(data: JsonDict) -> Block:
     raise InvalidInput(f"unknown content block type {kind!r}")
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Message:
     """One message of the conversation."""
 

@@ -26,10 +26,9 @@ decided inline meanwhile (only held records are dropped: any other stays at leas
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 FIRST_RETRY_SECONDS = 30.0
 """The writer tries at once; the sweep leaves a record alone this long (the writer's attempt)."""
@@ -37,7 +36,7 @@ MAX_BACKOFF_SECONDS = 3600.0
 MAX_ATTEMPTS = 10
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class OutboxRecord:
     """One notification to deliver to one target (``due_at`` None once delivered, dropped or given up).
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.base.errors import ConfigError
-from loopengine.domain.frozen import frozen
 
 ON_EXPIRY = ("unknown", "deny")
 ON_NEW_MESSAGE = ("supersede", "reject", "queue")
@@ -42,7 +42,7 @@ def describe(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Expiry:
     """How long an item may wait and what nobody answering means."""
 
@@ -70,7 +70,7 @@ def on_new_message(raw: dict[str, Any], where: str) -> str:
     return str(value)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ModelRetry:
     """``model_retry:`` a transient model error waits ``first_wait`` doubling up to ``max_wait``.
 

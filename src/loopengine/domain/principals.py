@@ -29,10 +29,10 @@ the server's word for the route and credential (``api``, ``inbox``, ``slack``, `
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.decisions import DecidedBy
-from loopengine.domain.frozen import frozen
 
 KINDS = ("user", "group", "slack", "lark", "email", "jwt")
 """The identity kinds (the part before the first ``:``)."""
@@ -96,7 +96,7 @@ def _group(name: str) -> str:
     return name if name.startswith("group:") else f"group:{name}"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Principal:
     """An authenticated caller (or decider): who, through which channel, in which tenants.
 

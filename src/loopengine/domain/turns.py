@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from loopengine.domain.base.ids import session_key
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 
 class TurnStatus(StrEnum):
@@ -44,7 +43,7 @@ class StopReason(StrEnum):
     EXPIRED = "expired"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One turn: the work on one user message, until it finishes.
 
@@ -168,7 +167,7 @@ class TurnRecord:
         )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class CallRecord:
     """A tool call's execution record: started (claimed) before it runs, outcome after.
 

@@ -28,11 +28,11 @@ group. A claim that is not printable text of at most :data:`MAX_CLAIM_CHARS` is 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.base import ids
 from loopengine.domain.base.errors import ConfigError
-from loopengine.domain.frozen import frozen
 from loopengine.domain.principals import Principal, typed
 from loopengine.http.web import HttpError
 
@@ -49,7 +49,7 @@ MAX_CLAIM_CHARS = 1024
 CHANNEL = "api"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class JwtSettings:
     """How a deployment reads its tokens (see the module docstring)."""
 

@@ -6,18 +6,19 @@ The magic-link pages, the Slack and Lark callbacks and the inbox read items thro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from loopengine.app.request import expiry
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.tools import Tool
 from loopengine.domain.base.errors import Forbidden, NotFound
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.fate import Fate, FateState, item_fate
-from loopengine.domain.frozen import frozen
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnRecord
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class ItemView:
     """What is known about one pendingId (see :func:`view`)."""
 

@@ -10,7 +10,7 @@ itself and answers ``denied`` at once.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loopengine.app import faults
@@ -24,7 +24,6 @@ from loopengine.domain.base.errors import Conflict, Forbidden, InvalidInput, Not
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.schema import validate_args
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import Decision
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
@@ -33,7 +32,7 @@ Decider = Principal
 """Who decides (a :class:`~loopengine.domain.principals.Principal`), recorded with every decision."""
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Resolution:
     """What a resolve/answer call did."""
 

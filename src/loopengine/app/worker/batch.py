@@ -26,7 +26,6 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.schema import validate_args
 from loopengine.domain.checkpoint import PendingItem
 from loopengine.domain.decisions import Approve
-from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
 from loopengine.domain.notifications import ApprovalEvent, QuestionEvent
@@ -122,7 +121,7 @@ def _item(
     )
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Ran:
     """A call's result in hand, and what the next transition must record for it.
 

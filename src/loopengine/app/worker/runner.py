@@ -22,12 +22,11 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.frozen import frozen
 from loopengine.domain.messages import Message, ToolResultBlock
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Carry:
     """What rides in a step's write besides the step's own change, so a step costs one write.
 

@@ -9,7 +9,7 @@ the session's unfinished turns, which are marked so that their finish starts it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loopengine.app import delivery
 from loopengine.app.outcome import TurnOutcome, outcome
@@ -24,13 +24,12 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.base.errors import AlreadyExists, Conflict, VersionConflict
 from loopengine.domain.base.ids import new_id, session_key
-from loopengine.domain.frozen import frozen
 from loopengine.domain.idempotency import Claim
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Start:
     """A message that starts (or queues) a turn: where it goes and how it came."""
 

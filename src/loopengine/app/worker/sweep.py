@@ -6,17 +6,18 @@ once (the worker's claim is a compare-and-set).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from loopengine.app import delivery
 from loopengine.app.request import expiry
 from loopengine.app.request.handoff import hand_on
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker.resume import session_free
 from loopengine.domain import turn_state as ts
-from loopengine.domain.frozen import frozen
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class SweepResult:
     """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
 

@@ -24,13 +24,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from loopengine.authoring.context import ToolContext
 from loopengine.authoring.tools import Tool
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.frozen import frozen
 
 GRACE = 1.0
 """Seconds past a timeout the wait goes on (an async tool's cancellation runs in them)."""
@@ -50,7 +50,7 @@ class Ending(StrEnum):
     STOPPED = "stopped"
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Ran:
     """What running the code came to: its value, its exception, or that nobody knows."""
 

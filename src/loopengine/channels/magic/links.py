@@ -8,6 +8,7 @@ decides through ``Engine.resolve`` / ``Engine.answer``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -30,7 +31,6 @@ from loopengine.channels.magic.token import (
 from loopengine.domain.base import errors
 from loopengine.domain.base.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.frozen import frozen
 from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
@@ -81,7 +81,7 @@ def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
         return _message(500, pages.BROKEN)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class _Context:
     """A verified token and what it points at."""
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from loopengine.domain.base.errors import AgentUnavailable
-from loopengine.domain.frozen import frozen
 
 Loc = tuple[str | int, ...]
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Problem:
     """One thing wrong with one file: rendered ``file:line: message``."""
 
@@ -39,7 +38,7 @@ def unavailable(problems: Sequence[Problem]) -> AgentUnavailable:
     return AgentUnavailable("; ".join(str(p) for p in problems), problems)
 
 
-@frozen
+@dataclass(frozen=True, slots=True)
 class Lines:
     """Line numbers of a document's keys and list items, by path (the dict fills as the document is read)."""
 
