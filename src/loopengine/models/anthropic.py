@@ -26,8 +26,8 @@ the client holds is scrubbed from them.
 IAM role, its region from ``AWS_REGION``, no API key), the same requests go to Bedrock's
 ``invoke`` / ``invoke-with-response-stream`` endpoints, with everything below unchanged; ``model``
 replaces each request's model with the Bedrock model id or inference profile the deployment may call.
-Bedrock's own stream errors (``ThrottlingException``, ``ModelStreamErrorException``, ...) are sorted
-like the API's.
+Bedrock's own stream errors (``throttlingException``, ``modelStreamErrorException``, ...) are sorted
+like the API's (``validationException`` is not worth retrying; the others are).
 
 **Prompt caching** (``cache``, an agent's ``prompt_cache:``; on by default): the request marks
 ``cache_control`` breakpoints, at most three of the API's four:
@@ -84,12 +84,12 @@ _RETRYABLE_IN_STREAM = frozenset(
         "api_error",
         "rate_limit_error",
         "timeout_error",
-        # Bedrock's exception frames, as the SDK's Bedrock decoder names them
-        "ThrottlingException",
-        "ServiceUnavailableException",
-        "InternalServerException",
-        "ModelStreamErrorException",
-        "ModelTimeoutException",
+        # Bedrock's exception frames, by their event names (as the SDK's Bedrock decoder reports them)
+        "throttlingException",
+        "serviceUnavailableException",
+        "internalServerException",
+        "modelStreamErrorException",
+        "modelTimeoutException",
     }
 )
 MAX_BREAKPOINTS = 4
