@@ -23,6 +23,7 @@ from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason
 from loopengine.domain.usage import Usage
+from loopengine.http import preload
 from loopengine.models.anthropic import BEDROCK, AnthropicModel, bedrock_client
 from loopengine.models.scripted import ScriptedModel
 from tests.agent_folders import write_agent
@@ -213,3 +214,7 @@ def test_the_provider_comes_from_the_agent_else_the_deployment_and_scripted_wins
         ModelChooser({"LOOPENGINE_MODEL_PROVIDER": "bedrock"}, registry)(config)
     with pytest.raises(ConfigError, match="must be anthropic or bedrock"):
         ModelChooser({"LOOPENGINE_MODEL_PROVIDER": "vertex"}, registry)
+    # Lambda's snapshot (and loopengine dev's forkserver) load the SDK for Bedrock too: no key there
+    assert preload.wants_model_sdk(bedrock) and not preload.wants_model_sdk(
+        {**bedrock, "LOOPENGINE_MODEL": "scripted"}
+    )
