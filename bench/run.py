@@ -1,6 +1,7 @@
 """Benchmarks (not timed tests): cold-start imports, per-turn overhead, store requests per step.
 
-Run with ``make bench``. Prints medians over repeated runs; nothing here asserts a time. The cold-start
+Run with ``make bench``. Prints medians over repeated runs (and the model bill of a long session,
+bench/prompt_cache.py); nothing here asserts a time. The cold-start
 part is bench/cold_import.py (each handler against the floor of its own dependencies; its JSON result
 goes to bench/results/cold_import.json).
 """
@@ -69,6 +70,13 @@ def main() -> None:
     pause, resolve = pause_resolve()
     print(f"  message -> pause (1 allowed call + 1 pending): {pause * 1000:.2f} ms")
     print(f"  resolve -> run tool -> resume -> finish:       {resolve * 1000:.2f} ms")
+    print("\n-- the model bill of a long session: billed input-token equivalents per turn --")
+    from bench import prompt_cache
+
+    bill = prompt_cache.run()
+    prompt_cache.RESULT.write_text(prompt_cache.json.dumps(bill, indent=2) + "\n")
+    print("  " + prompt_cache.table(bill).replace("\n", "\n  "))
+    print(f"  (goal: turn 12 <= {prompt_cache.GOAL} of its prompt; see docs/performance.md)")
     try:
         from bench.dynamodb_requests import requests_per_step
     except ImportError:

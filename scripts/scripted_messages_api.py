@@ -3,9 +3,9 @@
     python scripts/scripted_messages_api.py --script agents/returns_desk/script.py [--port 0] [--gap 0.15]
     ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=standin loopengine dev
 
-``loopengine dev``'s offline model (``LOOPENGINE_MODEL=scripted``) hands a script's text over at once,
-so nothing visibly streams. Served through this stand-in instead, the same script answers through the
-real Anthropic SDK and the engine's streaming path: ``POST /v1/messages`` with ``"stream": true`` gets
+``loopengine dev``'s offline model (``LOOPENGINE_MODEL=scripted``) streams a script's text a word at a
+time itself. Served through this stand-in instead, the same script answers through the real Anthropic
+SDK and the engine's streaming path, as Claude would: ``POST /v1/messages`` with ``"stream": true`` gets
 the Server-Sent Events the API sends (``message_start``, ``content_block_*``, ``message_delta``,
 ``message_stop``), the text cut into 4-character pieces ``--gap`` seconds apart, as a model's tokens
 arrive. Any other request gets the whole reply as JSON. Offline: it listens on 127.0.0.1 only and checks
@@ -67,7 +67,7 @@ def reply(model: ScriptedModel, body: JsonDict) -> JsonDict:
         "content": [b.to_dict() for b in answer.content],
         "stop_reason": answer.stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
+        "usage": answer.usage.as_json(),  # the scripted model's estimate
     }
 
 

@@ -313,11 +313,11 @@ below ran, in this order, in a fresh folder; under each is what it printed (long
 hold, and stops every process it started. `tests/test_walkthrough.py` runs it.
 
 Offline: SQLite, no API key. The model is the agent's own `script.py` ([agents.md](agents.md#scriptpy)).
-`loopengine dev`'s offline model hands a script's text over at once, so here `loopengine dev` reaches
-the script through a local stand-in of the Anthropic Messages API (`scripts/scripted_messages_api.py`,
-text in 4-character pieces 0.15 s apart) over the Anthropic SDK's streaming path, as it would reach
-Claude. Ports are free ones picked at run time (`loopengine dev` defaults to 8787, the payment stand-in
-to 8790); the folder was `{folder}`.
+`loopengine dev`'s offline model streams a script's text itself (a word every 0.03 s); here
+`loopengine dev` reaches the script through a local stand-in of the Anthropic Messages API
+(`scripts/scripted_messages_api.py`, text in 4-character pieces 0.15 s apart) instead, over the
+Anthropic SDK's streaming path, as it would reach Claude. Ports are free ones picked at run time
+(`loopengine dev` defaults to 8787, the payment stand-in to 8790); the folder was `{folder}`.
 """
 
 

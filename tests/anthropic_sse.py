@@ -5,7 +5,9 @@ events ``"stream": true`` gets instead (``message_start``, per block ``content_b
 ``content_block_delta``... / ``content_block_stop``, ``message_delta``, ``message_stop``), text cut
 into ``piece``-character deltas and tool input into JSON fragments; :func:`encode` writes one event
 as the wire has it. :class:`StreamingMessagesApi` serves replies that way on a loopback port, an
-event at a time with ``gap`` seconds between events, so a reader sees the text arrive in pieces.
+event at a time with ``gap`` seconds between events, so a reader sees the text arrive in pieces; with a
+``meter`` (:class:`tests.token_meter.TokenMeter`) it bills each request as the API does, prompt cache
+included, in the reply's ``usage``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.token_meter import TokenMeter, TooManyBreakpoints
 
 JsonDict = dict[str, Any]
 
@@ -85,7 +89,8 @@ class StreamingMessagesApi:
 
     A request with ``"stream": true`` gets Server-Sent Events, one every ``gap`` seconds (``cut_after``:
     the connection drops after that many events); any other gets the JSON reply. ``bodies`` keeps
-    what was sent.
+    what was sent. ``meter``: each reply's ``usage`` is its bill (a request with more than four
+    breakpoints is the API's 400).
     """
 
     def __init__(
@@ -94,8 +99,10 @@ class StreamingMessagesApi:
         gap: float = 0.0,
         piece: int = 4,
         cut_after: int | None = None,
+        meter: TokenMeter | None = None,
     ) -> None:
         self.reply, self.gap, self.piece, self.cut_after = reply, gap, piece, cut_after
+        self.meter = meter
         self.bodies: list[JsonDict] = []
         self.finished = threading.Event()
         self._lock = threading.Lock()
@@ -113,10 +120,16 @@ class StreamingMessagesApi:
                 with api._lock:
                     api.bodies.append(body)
                     n = len(api.bodies)
-                answer = api.reply(n, body)
-                if not body.get("stream"):
+                answer, status = api.reply(n, body), 200
+                if api.meter is not None:
+                    try:
+                        answer = {**answer, "usage": api.meter.bill(body, answer)}
+                    except TooManyBreakpoints as exc:  # refused before any stream starts
+                        error = {"type": "invalid_request_error", "message": str(exc)}
+                        answer, status = {"type": "error", "error": error}, 400
+                if status != 200 or not body.get("stream"):
                     data = json.dumps(answer).encode()
-                    self.send_response(200)
+                    self.send_response(status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(data)))
                     self.end_headers()

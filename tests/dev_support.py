@@ -89,6 +89,9 @@ of CPU each, on a machine the parallel tests share). Tests of concurrency ask fo
 class DevProcess:
     """``loopengine dev --port N [args]`` with ``env``; output appended to ``log`` (discarded if None).
 
+    ``streamed``: keep ``loopengine dev``'s own pace for the offline model's text (a word every 0.03 s);
+    by default it answers at once (``LOOPENGINE_SCRIPTED_DELAY=0`` unless ``env`` says otherwise).
+
     The server runs in a process group of its own, so :meth:`kill` takes down its environments too.
     """
 
@@ -101,8 +104,11 @@ class DevProcess:
         host: str = "127.0.0.1",
         *,
         sigint_ignored: bool = False,
+        streamed: bool = False,
     ) -> None:
         workers = () if "--workers" in args else ("--workers", str(WORKERS))
+        if not streamed:  # the offline model answers at once, as tests of other things want
+            env = {"LOOPENGINE_SCRIPTED_DELAY": "0", **env}
         self.sigint_ignored = sigint_ignored
         """Start it with SIGINT ignored, as a script's ``loopengine dev &`` does (it must still stop)."""
         self.env, self.port, self.log, self.args, self.host = env, port, log, (*workers, *args), host

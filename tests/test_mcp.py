@@ -313,6 +313,15 @@ def test_through_the_api_handler_an_mcp_call_pauses_resumes_and_a_down_server_is
         CHARGE,
         args_hash("billing_charge", CHARGE),
     )
+    # the inbox names the call's server and the server's own name for the tool; an agent's own tool has none
+    status, page = call(api.handler, load_event("inbox", **{"customer-service": "billing-desk"}))
+    assert status == 200 and 'data-kind="approval"' in page["html"]
+    assert "on MCP server <code>billing</code>" in page["html"], page["html"]
+    assert "<code>billing</code> (its tool <code>charge</code>)" in page["html"]
+    mine = with_body(load_event("post_message"), {"message": "Order A-1001 arrived broken."})
+    assert call(api.handler, mine)[0] == 202
+    status, page = call(api.handler, load_event("inbox"))
+    assert "<code>issue_refund</code>" in page["html"] and "MCP server" not in page["html"]
 
     event = with_body(
         load_event("resolve_approve", pendingId=item["pendingId"]),

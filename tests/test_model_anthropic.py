@@ -16,6 +16,7 @@ from loopengine.app.ports import ModelClient, ModelRequest
 from loopengine.authoring.tools import ASK_USER_SPEC
 from loopengine.domain.base.errors import FatalModelError, ModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from loopengine.domain.usage import PromptCache, Usage
 from loopengine.models.anthropic import AnthropicModel
 
 if TYPE_CHECKING:  # the SDK is imported where a test uses it: collecting this module stays cheap
@@ -123,7 +124,7 @@ def clients() -> Iterator[list[anthropic.Anthropic]]:
 def model_for(
     clients: list[anthropic.Anthropic],
 ) -> Callable[..., AnthropicModel]:
-    def build(handler: Handler, **options: Any) -> AnthropicModel:
+    def build(handler: Handler, cache: PromptCache | None = None, **options: Any) -> AnthropicModel:
         import anthropic
 
         transport = httpx2.MockTransport(handler)
@@ -134,15 +135,15 @@ def model_for(
             **options,
         )
         clients.append(client)
-        return AnthropicModel(client)
+        return AnthropicModel(client) if cache is None else AnthropicModel(client, cache=cache)
 
     return build
 
 
 def test_sends_the_messages_api_request(model_for: Callable[..., AnthropicModel]) -> None:
-    # GIVEN
+    # GIVEN an agent with prompt caching off (tests/test_prompt_cache.py: the breakpoints when on)
     http = Recorder()
-    model: ModelClient = model_for(http)
+    model: ModelClient = model_for(http, cache=PromptCache(enabled=False))
 
     # WHEN
     model.create(make_request())
@@ -218,7 +219,7 @@ def test_parses_text_and_tool_use_and_skips_thinking(
         ),
     )
     assert response.stop_reason == "tool_use"
-    assert response.usage == {"input_tokens": 321, "output_tokens": 45}
+    assert response.usage == Usage(input_tokens=321, output_tokens=45)
 
 
 def test_skips_server_tool_blocks(model_for: Callable[..., AnthropicModel]) -> None:

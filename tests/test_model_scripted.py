@@ -7,6 +7,7 @@ import pytest
 from loopengine.app.ports import ModelClient, ModelRequest, ModelResponse
 from loopengine.domain.base.errors import FatalModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from loopengine.domain.usage import Usage
 from loopengine.models.scripted import ScriptedModel, call, derived_id, say, use
 
 SCRIPT = [
@@ -162,3 +163,17 @@ def test_responder_errors_propagate_after_recording() -> None:
     with pytest.raises(FatalModelError, match="0 assistant"):
         model.create(req)
     assert model.requests == [req]
+
+
+def test_usage_is_an_honest_estimate_of_the_request_and_answer_and_a_scripts_own_is_kept() -> None:
+    model = ScriptedModel.from_list([say("Your order arrived broken."), say("ok")])
+    short = model.create(request(Message.user_text("hi")))
+    history = [Message.user_text("hi"), Message("assistant", short.content), Message.user_text("x" * 4000)]
+    long = model.create(request(*history))
+    # about four characters a token, of the whole prompt and of the answer; no prompt cache offline
+    assert 0 < short.usage.input_tokens < 60 and short.usage.output_tokens > 5
+    assert 1000 <= long.usage.input_tokens - short.usage.input_tokens <= 1100
+    assert short.usage.cache_creation_input_tokens == short.usage.cache_read_input_tokens == 0
+    own = Usage(input_tokens=7, output_tokens=3)
+    given = ScriptedModel(lambda _r: ModelResponse((TextBlock("hi"),), usage=own)).create(request())
+    assert given.usage is own

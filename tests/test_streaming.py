@@ -372,7 +372,7 @@ def test_anthropic_streams_text_deltas_and_assembles_the_message() -> None:
         ToolUseBlock(id="toolu_9", name="lookup_order", input=LOOKUP),
         TextBlock("Then I ask."),
     )
-    assert response.stop_reason == "tool_use" and response.usage["output_tokens"] == 34
+    assert response.stop_reason == "tool_use" and response.usage.output_tokens == 34
     assert Message("assistant", response.content).text == "".join(got)
 
 
@@ -531,3 +531,44 @@ def test_dev_streams_model_text_as_server_sent_events_and_the_chat_prints_it_as_
     assert "Traceback" not in term.output
     _, session = request(srv.port, "GET", f"/sessions/{body['sessionId']}")
     assert [m["content"] for m in session["messages"]][1] == [{"type": "text", "text": ANSWER}]
+
+
+# --- offline: loopengine dev with no key streams the scripted model's text --------------------------
+
+OFFLINE = " ".join(f"offline{i}" for i in range(40)) + "."
+SAY_SCRIPT = f"""\
+from loopengine.models.scripted import say
+
+
+def respond(request):
+    return say({OFFLINE!r})
+"""
+
+
+def test_dev_without_a_key_streams_the_offline_models_text_as_text_delta_events(tmp_path: Path) -> None:
+    # GIVEN `loopengine dev` at its own pace for the offline model (no key: the agent's script answers)
+    write_agent(tmp_path / "agents", "talker", script=SAY_SCRIPT)
+    env = dev_env(tmp_path)
+    env.pop("LOOPENGINE_MODEL")
+    env.pop("LOOPENGINE_SCRIPTED_DELAY", None)
+    srv = DevProcess(env, free_port(), tmp_path / "dev.log", ("--sweep-interval", "0"), streamed=True)
+    srv.start()
+    try:
+        # WHEN a message comes in
+        status, body = request(srv.port, "POST", "/agents/talker/messages", {"message": "hello"})
+        assert (status, body["status"], body["text"]) == (200, "finished", OFFLINE), body
+        _, events = request(srv.port, "GET", f"/turns/{body['turnId']}/events")
+    finally:
+        srv.stop()
+
+    # THEN its text was written in pieces while the model talked, before the whole message
+    kinds = [e["type"] for e in events["events"]]
+    deltas = _deltas(events["events"])
+    assert len(deltas) >= 2 and max(i for i, k in enumerate(kinds) if k == "text:delta") < kinds.index(
+        "model_response"
+    )
+    assert OFFLINE.startswith(_joined(deltas)) and len(_joined(deltas)) > len(OFFLINE) // 3
+    # AND the server's first lines are plain text, none of them a stray JSON object
+    lines = srv.log_text().splitlines()
+    assert f"  try: curl -s localhost:{srv.port}/health" in lines, lines
+    assert not [line for line in lines if line.lstrip().startswith("{")], lines

@@ -413,3 +413,116 @@ def test_every_function_can_reach_the_sns_and_queue_notifier_channels(transforme
         assert queue == {"Fn::GetAtt": ["NotificationQueue", "QueueName"]}, name
     queue_props = transformed["Resources"]["NotificationQueue"]["Properties"]
     assert queue_props["SqsManagedSseEnabled"] is True
+
+
+# ------------------------------------------------------- (e) Claude on Bedrock: exactly one model
+
+BEDROCK_ACTIONS = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
+MODEL_ID = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+PROFILE_ID = "eu.anthropic.claude-sonnet-4-5-20250929-v1:0"
+PROFILE_ARN = f"arn:aws:bedrock:eu-west-1:111122223333:inference-profile/{PROFILE_ID}"
+
+
+def _holds(condition: str, conditions: dict[str, Any], params: dict[str, str]) -> bool:
+    """Evaluate one of the template's conditions for the given parameter values."""
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and "Ref" in node:
+            return params[node["Ref"]]
+        if isinstance(node, dict) and "Condition" in node:
+            return _holds(node["Condition"], conditions, params)
+        if isinstance(node, dict) and "Fn::Equals" in node:
+            left, right = node["Fn::Equals"]
+            return value(left) == value(right)
+        if isinstance(node, dict) and "Fn::Not" in node:
+            return not value(node["Fn::Not"][0])
+        if isinstance(node, dict) and "Fn::And" in node:
+            return all(value(n) for n in node["Fn::And"])
+        assert isinstance(node, str), node
+        return node
+
+    return bool(value(conditions[condition]))
+
+
+def _resolve(node: Any, params: dict[str, str], conditions: dict[str, Any]) -> Any:
+    """``Fn::Sub``, ``Ref`` and ``Fn::If`` resolved (pseudo-parameters: aws, eu-west-1, one account)."""
+    pseudo = {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "111122223333", **params}
+    if isinstance(node, dict) and "Fn::Sub" in node:
+        return re.sub(r"\$\{([^}]+)\}", lambda m: pseudo[m.group(1)], node["Fn::Sub"])
+    if isinstance(node, dict) and node.get("Ref") == "AWS::NoValue":
+        return None
+    if isinstance(node, dict) and "Ref" in node:
+        return pseudo[node["Ref"]]
+    if isinstance(node, dict) and "Fn::If" in node:
+        condition, then, otherwise = node["Fn::If"]
+        return _resolve(then if _holds(condition, conditions, params) else otherwise, params, conditions)
+    if isinstance(node, dict):
+        return {k: _resolve(v, params, conditions) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve(v, params, conditions) for v in node]
+    return node
+
+
+def _bedrock_statements(transformed: dict[str, Any], function: str, params: dict[str, str]) -> list[Any]:
+    """The statements of ``function``'s role that mention Bedrock, for these parameters (else defaults)."""
+    defaults = {name: str(p.get("Default", "")) for name, p in transformed["Parameters"].items()}
+    params = {**defaults, **params}
+    conditions = transformed["Conditions"]
+    found = []
+    for policy in transformed["Resources"][f"{function}Role"]["Properties"]["Policies"]:
+        if "Fn::If" in policy:
+            condition, policy, otherwise = policy["Fn::If"]
+            if not _holds(condition, conditions, params):
+                assert otherwise == {"Ref": "AWS::NoValue"}
+                continue
+        found += [s for s in policy["PolicyDocument"]["Statement"] if "bedrock" in json.dumps(s)]
+    return [_resolve(s, params, conditions) for s in found]
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_SECRETS))
+def test_each_function_may_invoke_exactly_the_configured_bedrock_model_and_only_with_provider_bedrock(
+    function: str, transformed: dict[str, Any]
+) -> None:
+    anthropic = {"ModelProvider": "anthropic", "BedrockModelId": MODEL_ID, "BedrockInferenceProfile": ""}
+    assert _bedrock_statements(transformed, function, anthropic) == []
+    model = {**anthropic, "ModelProvider": "bedrock"}
+    assert _bedrock_statements(transformed, function, model) == [
+        {
+            "Sid": "InvokeBedrockModel",
+            "Effect": "Allow",
+            "Action": BEDROCK_ACTIONS,
+            "Resource": f"arn:aws:bedrock:eu-west-1::foundation-model/{MODEL_ID}",
+        }
+    ]
+    # through a cross-Region profile: the profile, and the model in any Region only by way of it
+    profile = {**model, "BedrockInferenceProfile": PROFILE_ID}
+    assert _bedrock_statements(transformed, function, profile) == [
+        {
+            "Sid": "InvokeBedrockInferenceProfile",
+            "Effect": "Allow",
+            "Action": BEDROCK_ACTIONS,
+            "Resource": PROFILE_ARN,
+        },
+        {
+            "Sid": "InvokeBedrockModelThroughTheProfile",
+            "Effect": "Allow",
+            "Action": BEDROCK_ACTIONS,
+            "Resource": f"arn:aws:bedrock:*::foundation-model/{MODEL_ID}",
+            "Condition": {"StringEquals": {"bedrock:InferenceProfileArn": PROFILE_ARN}},
+        },
+    ]
+    # and the code is told the provider, and which of the two to call
+    env = transformed["Resources"][function]["Properties"]["Environment"]["Variables"]
+    assert env["LOOPENGINE_MODEL_PROVIDER"] == {"Ref": "ModelProvider"}
+    defaults = {name: str(p.get("Default", "")) for name, p in transformed["Parameters"].items()}
+    told = [
+        _resolve(env["LOOPENGINE_BEDROCK_MODEL"], {**defaults, **p}, transformed["Conditions"])
+        for p in (anthropic, model, profile)
+    ]
+    assert told == [None, MODEL_ID, PROFILE_ID]
+
+
+def test_provider_bedrock_without_a_model_id_is_refused_at_deploy(sam_template: dict[str, Any]) -> None:
+    rule = sam_template["Rules"]["BedrockNeedsAModel"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "ModelProvider"}, "bedrock"]}
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "BedrockModelId"}, ""]}]}

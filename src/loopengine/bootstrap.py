@@ -44,38 +44,76 @@ def open_stores(env: Mapping[str, str], clock: Clock) -> Stores:
     return open_sqlite_stores(env.get("LOOPENGINE_DB") or DEFAULT_DB, clock)
 
 
+PROVIDERS = ("anthropic", "bedrock")
+"""Where an agent's Claude runs: the Anthropic API, or Amazon Bedrock."""
+
+
 class ModelChooser:
-    """``LOOPENGINE_MODEL=scripted`` or no API key -> the agent's offline script; else Anthropic."""
+    """An agent's model client, by provider (agent.yaml ``provider:``, else ``LOOPENGINE_MODEL_PROVIDER``).
+
+    ``LOOPENGINE_MODEL=scripted`` -> the agent's offline script, always. Otherwise ``anthropic``: the
+    Anthropic API when ``ANTHROPIC_API_KEY`` is set, else the offline script (everything runs offline);
+    ``bedrock``: Claude on Amazon Bedrock with the process's AWS credentials (the function's role) in
+    ``AWS_REGION``, no key; the model is ``LOOPENGINE_BEDROCK_MODEL`` when set (the one the template
+    lets the role invoke), else the agent's ``model:``. The offline script streams its text a word
+    every ``LOOPENGINE_SCRIPTED_DELAY`` seconds (``loopengine dev``: 0.03; default 0). The agent's
+    ``prompt_cache`` goes with each client; one SDK client per provider serves every agent.
+    """
 
     def __init__(self, env: Mapping[str, str], registry: AgentRegistry) -> None:
-        choice = env.get("LOOPENGINE_MODEL", "")
-        self.offline = choice == "scripted" or not env.get("ANTHROPIC_API_KEY")
+        self.scripted = env.get("LOOPENGINE_MODEL", "") == "scripted"
+        self.offline = self.scripted or not env.get("ANTHROPIC_API_KEY")
+        """True when an ``anthropic`` agent gets the offline script."""
+        self.provider = (env.get("LOOPENGINE_MODEL_PROVIDER") or "anthropic").strip().lower()
+        if self.provider not in PROVIDERS:
+            wrong = self.provider[:40]
+            raise ConfigError(f"LOOPENGINE_MODEL_PROVIDER must be anthropic or bedrock, not {wrong!r}")
+        self.delay = _seconds(env, "LOOPENGINE_SCRIPTED_DELAY")
         self._registry = registry
         self._env = env
-        self._anthropic: ModelClient | None = None
+        self._anthropic: Any = None
+        self._bedrock: Any = None
         self._key: str | None = None
+        self._models: dict[tuple[object, ...], ModelClient] = {}
 
     def __call__(self, config: AgentConfig) -> ModelClient:
         """The model client for one agent."""
-        if self.offline:
-            from loopengine.models.scripted import ScriptedModel
+        provider = config.provider or self.provider
+        if self.scripted or (provider == "anthropic" and self.offline):
+            return self._scripted(config)
+        from loopengine.models.anthropic import BEDROCK, DEFAULT_MAX_RETRIES, AnthropicModel, bedrock_client
 
-            script = self._registry.script(config.name)
-            if script is None:
-                raise ConfigError(
-                    f"agent {config.name!r} ships no script.py for the offline model; "
-                    "set ANTHROPIC_API_KEY to use Anthropic"
-                )
-            return ScriptedModel(script)
-        key = self._env.get("ANTHROPIC_API_KEY") or None  # may come from a secret store, so passed on
-        if self._anthropic is None or key != self._key:  # a rotated key gets a new client
-            import anthropic
+        if provider == "bedrock":
+            if self._bedrock is None:
+                region = self._env.get("AWS_REGION") or self._env.get("AWS_DEFAULT_REGION")
+                base_url = self._env.get("ANTHROPIC_BEDROCK_BASE_URL")
+                self._bedrock = bedrock_client(region, base_url, DEFAULT_MAX_RETRIES)
+            client, model, service = self._bedrock, self._env.get("LOOPENGINE_BEDROCK_MODEL") or None, BEDROCK
+        else:
+            key = self._env.get("ANTHROPIC_API_KEY") or None  # may come from a secret store, so passed on
+            if self._anthropic is None or key != self._key:  # a rotated key gets a new client
+                import anthropic
 
-            from loopengine.models.anthropic import DEFAULT_MAX_RETRIES, AnthropicModel
+                self._anthropic = anthropic.Anthropic(api_key=key, max_retries=DEFAULT_MAX_RETRIES)
+                self._key = key
+                self._models.clear()
+            client, model, service = self._anthropic, None, "Anthropic API"
+        wanted = (provider, config.prompt_cache, model)
+        if wanted not in self._models:
+            cache = config.prompt_cache
+            self._models[wanted] = AnthropicModel(client, cache=cache, model=model, service=service)
+        return self._models[wanted]
 
-            client = anthropic.Anthropic(api_key=key, max_retries=DEFAULT_MAX_RETRIES)
-            self._anthropic, self._key = AnthropicModel(client), key
-        return self._anthropic
+    def _scripted(self, config: AgentConfig) -> ModelClient:
+        from loopengine.models.scripted import ScriptedModel
+
+        script = self._registry.script(config.name)
+        if script is None:
+            raise ConfigError(
+                f"agent {config.name!r} ships no script.py for the offline model; "
+                "set ANTHROPIC_API_KEY to use Anthropic"
+            )
+        return ScriptedModel(script, delay=self.delay)
 
 
 class NotifierChooser:
@@ -175,6 +213,20 @@ def build_engine(
     if inline is not None:
         inline.resume = engine.resume
     return engine
+
+
+def _seconds(env: Mapping[str, str], var: str) -> float:
+    """``env[var]`` as seconds between 0 and 1 (0 when unset); ConfigError when malformed."""
+    raw = (env.get(var) or "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{var} must be seconds between 0 and 1, not {raw[:40]!r}")
+    return value
 
 
 def _positive_int(env: Mapping[str, str], var: str, default: int) -> int:

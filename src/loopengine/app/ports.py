@@ -20,6 +20,7 @@ from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.usage import Usage
 
 
 class CheckpointStore(Protocol):
@@ -247,11 +248,14 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """What the model said: content blocks and its stop reason."""
+    """What the model said: content blocks and its stop reason; and what the call cost (``usage``).
+
+    ``==`` compares what was said only: the same answer is the same whatever it cost.
+    """
 
     content: tuple[Block, ...]
     stop_reason: str = "end_turn"
-    usage: JsonDict = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage, compare=False)
 
 
 class ModelClient(Protocol):

@@ -28,6 +28,7 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.gate import RuleSet
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
+from loopengine.domain.usage import DEFAULT_PROMPT_CACHE, PromptCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,10 @@ class AgentConfig:
     model_retry: ModelRetry | None = None
     """``model_retry:`` (attempts, first and longest wait); None: the deployment's defaults."""
     """The MCP tools among ``tools``, by name: their server, the server's name and the pinned hash."""
+    prompt_cache: PromptCache = DEFAULT_PROMPT_CACHE
+    """``prompt_cache:``: cache breakpoints on the prompt (default: on, 5 minutes)."""
+    provider: str | None = None
+    """``provider:`` ``anthropic`` or ``bedrock``; None: the deployment's (``LOOPENGINE_MODEL_PROVIDER``)."""
 
     def targets(self) -> tuple[NotifierTarget, ...]:
         """Where this config's notifications go: ``t0``, ``t1``, ... (one, the default, if it names none)."""
@@ -112,6 +117,12 @@ class AgentConfig:
             **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
             **({"tool_timeouts": timeouts} if (timeouts := self._timeouts()) else {}),
             **({"model_retry": self.model_retry.to_dict()} if self.model_retry else {}),
+            **(
+                {"prompt_cache": self.prompt_cache.to_dict()}
+                if self.prompt_cache != DEFAULT_PROMPT_CACHE
+                else {}
+            ),
+            **({"provider": self.provider} if self.provider is not None else {}),
         }
 
     def _entry(self, tool: Tool) -> JsonDict:
@@ -173,6 +184,10 @@ def from_snapshot(
         mcp_servers=tuple(servers.values()),
         mcp_pins=pins,
         model_retry=ModelRetry.from_dict(snapshot["model_retry"]) if snapshot.get("model_retry") else None,
+        prompt_cache=PromptCache.from_dict(snapshot["prompt_cache"])
+        if snapshot.get("prompt_cache")
+        else DEFAULT_PROMPT_CACHE,
+        provider=snapshot.get("provider"),
     )
 
 
@@ -212,4 +227,6 @@ def build_config(
         notifiers=raw_agent.get("notifiers"),
         mcp_servers=tuple(McpServer.from_model(m) for m in agent.mcp_servers or ()),
         model_retry=ModelRetry(r.attempts, r.first_wait, r.max_wait) if (r := agent.model_retry) else None,
+        prompt_cache=PromptCache(c.enabled, c.ttl) if (c := agent.prompt_cache) else DEFAULT_PROMPT_CACHE,
+        provider=agent.provider,
     )

@@ -79,6 +79,13 @@ class ModelRetryModel(Strict):
         return self
 
 
+class PromptCacheModel(Strict):
+    """``prompt_cache:`` whether model calls mark prompt-cache breakpoints, and for how long entries live."""
+
+    enabled: bool = True
+    ttl: Literal["5m", "1h"] = "5m"
+
+
 class AgentFile(Strict):
     """``agent.yaml``."""
 
@@ -97,6 +104,8 @@ class AgentFile(Strict):
     tool_timeouts: dict[str, Duration] | None = None
     mcp_servers: list[McpServerModel] | None = None
     model_retry: ModelRetryModel | None = None
+    prompt_cache: PromptCacheModel | None = None
+    provider: Literal["anthropic", "bedrock"] | None = None
 
     @model_validator(mode="after")
     def _expiry_needs_ttl(self) -> Self:

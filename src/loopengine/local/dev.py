@@ -10,7 +10,6 @@ side, and what it refuses before a handler runs, is :mod:`loopengine.local.dev_h
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import random
@@ -164,9 +163,19 @@ class Sweeper:
             self._stop.wait(self.interval)
 
 
+SCRIPTED_DELAY = "0.03"
+"""Seconds between two words of the offline model's answer under ``loopengine dev``: about the pace of a
+real model, so a reply of a sentence or two streams as a few ``text:delta`` events."""
+
+
 def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
-    """Local defaults (anonymous access without admin auth, quiet observability); returns notes."""
+    """Local defaults; returns notes.
+
+    Anonymous access without admin auth, quiet observability, an offline model that streams its
+    text a word every :data:`SCRIPTED_DELAY` seconds.
+    """
     notes = []
+    env.setdefault("LOOPENGINE_SCRIPTED_DELAY", SCRIPTED_DELAY)
     env.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
     env.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     env.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
@@ -219,7 +228,7 @@ def serve(
         )
     for note in notes:
         print(f"  note: {note}")
-    print(json.dumps({"try": f"curl -s localhost:{port}/health"}), flush=True)
+    print(f"  try: curl -s localhost:{port}/health", flush=True)
     sweeper = Sweeper(environments, sweep_interval) if sweep_interval > 0 else None
     if sweeper is not None:
         sweeper.start()

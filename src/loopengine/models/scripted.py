@@ -16,12 +16,20 @@ A tool_use written without an ``id`` gets one derived from the request (history 
 in the response, tool name), so ids are unique within a conversation and identical on every run.
 
 It streams like a real model: given a request with ``on_text``, it hands over the answer's text a word
-at a time (:func:`pieces`), ``delay`` seconds apart (0 by default), before it returns the answer.
+at a time (:func:`pieces`), ``delay`` seconds apart (0 by default; ``loopengine dev`` sets
+``LOOPENGINE_SCRIPTED_DELAY`` to 0.03, so its turns write ``text:delta`` events), before it returns
+the answer.
+
+Its ``usage`` is an honest estimate, not a count: about four characters a token (:func:`estimate_tokens`)
+of the whole request (system, tools, messages) as input and of the answer as output, with no prompt
+cache (the cache counts are 0). A scripted response that sets its own ``usage`` keeps it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -31,6 +39,7 @@ from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.domain.base.errors import FatalModelError
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
+from loopengine.domain.usage import Usage
 
 Responder = Callable[[ModelRequest], ModelResponse]
 """Computes the model's answer to one request."""
@@ -38,6 +47,8 @@ Responder = Callable[[ModelRequest], ModelResponse]
 _UNASSIGNED = ""
 """The id a tool_use carries until :class:`ScriptedModel` derives one from the request."""
 _WORD = re.compile(r"\s*\S+|\s+")
+CHARS_PER_TOKEN = 4
+"""What :func:`estimate_tokens` takes a token to be, about what Claude's tokenizer averages on English."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,18 @@ def pieces(response: ModelResponse) -> list[str]:
     return out
 
 
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` is: one per :data:`CHARS_PER_TOKEN` characters, rounded up."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_usage(request: ModelRequest, response: ModelResponse) -> Usage:
+    """The usage a real model would report for ``request`` and ``response``, estimated; no prompt cache."""
+    prompt = json.dumps([request.tools, request.system, [m.to_dict() for m in request.messages]])
+    answer = json.dumps([b.to_dict() for b in response.content])
+    return Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(answer))
+
+
 def derived_id(request: ModelRequest, index: int, name: str) -> str:
     """The id of the ``index``-th tool_use answering ``request``: stable and history-unique."""
     seed = f"{len(request.messages)}:{index}:{name}".encode()
@@ -122,11 +145,13 @@ class ScriptedModel:
         return cls(next_in_script)
 
     def create(self, request: ModelRequest) -> ModelResponse:
-        """Record ``request``, then answer it, giving id-less tool_use blocks derived ids."""
+        """Record ``request``, then answer it, giving id-less tool_use blocks derived ids and a usage."""
         self.requests.append(request)
         response = self.responder(request)
         if request.on_text is not None:
             self._stream(response, request.on_text)
+        if response.usage == Usage():
+            response = replace(response, usage=estimate_usage(request, response))
         if not any(isinstance(b, ToolUseBlock) and b.id == _UNASSIGNED for b in response.content):
             return response
         content: list[Block] = []

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from loopengine.app.request import expiry
 from loopengine.app.runtime import Runtime
+from loopengine.authoring.mcp import McpPin
 from loopengine.authoring.tools import Tool
 from loopengine.domain.base.errors import Forbidden, NotFound
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
@@ -27,6 +28,8 @@ class ItemView:
     turn: TurnRecord | None
     fate: Fate
     tool: Tool | None = None
+    mcp: McpPin | None = None
+    """For a tool of an MCP server: its server and the server's name for it (as the turn pinned them)."""
 
     @property
     def item(self) -> PendingItem | None:
@@ -50,24 +53,27 @@ def view(rt: Runtime, pending_id: str, who: Principal | None = None, settle: boo
     if settle and fate.state is FateState.EXPIRED and fate.decision is None and turn is not None:
         expiry.expire_due(rt, turn)
         return view(rt, pending_id, who)
-    return ItemView(pending_id, cp, turn, fate, _tool(rt, cp, turn, pending_id))
+    return ItemView(pending_id, cp, turn, fate, *_tool(rt, cp, turn, pending_id))
 
 
 def _stop(turn: TurnRecord | None) -> StopReason | None:
     return (turn.stop_reason or turn.stop_requested) if turn is not None else None
 
 
-def _tool(rt: Runtime, cp: TurnCheckpoint | None, turn: TurnRecord | None, pending_id: str) -> Tool | None:
-    """The item's tool as the turn's config snapshot describes it (None when unavailable)."""
+def _tool(
+    rt: Runtime, cp: TurnCheckpoint | None, turn: TurnRecord | None, pending_id: str
+) -> tuple[Tool | None, McpPin | None]:
+    """The item's tool as the turn's config snapshot describes it, and its MCP pin (None when unavailable)."""
     if cp is None or turn is None:
-        return None
+        return None, None
     item = cp.outstanding.get(pending_id) or cp.approved.get(pending_id)
     if item is None:
-        return None
+        return None, None
     try:
-        return rt.config_of(turn).tool(item.tool)
+        config = rt.config_of(turn)
     except NotFound:
-        return None
+        return None, None
+    return config.tool(item.tool), config.mcp_pins.get(item.tool)
 
 
 def open_items(

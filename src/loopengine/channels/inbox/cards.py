@@ -144,6 +144,10 @@ class Card:
     question: str = ""
     options: tuple[str, ...] = ()
     attempt: Attempt | None = None
+    server: str | None = None
+    """The MCP server the tool belongs to (None for the agent's own tools)."""
+    server_tool: str | None = None
+    """The server's own name for the tool (``charge`` for ``billing_charge``)."""
 
     @property
     def tenant_label(self) -> str:
@@ -195,6 +199,8 @@ def card(
         question=question if isinstance(question, str) else item.reason,
         options=tuple(str(o) for o in options) if isinstance(options, list) else (),
         attempt=attempt,
+        server=view.mcp.server if view.mcp is not None else None,
+        server_tool=view.mcp.tool if view.mcp is not None else None,
     )
 
 

@@ -26,9 +26,11 @@ API_ON_FIRST_USE = (
 
 
 def wants_model_sdk(env: Mapping[str, str]) -> bool:
-    """Whether turns here call Anthropic: a key or its secret is configured and the model is not scripted."""
+    """Whether turns here call Claude: not scripted, and Bedrock is the provider or a key is set."""
     if env.get("LOOPENGINE_MODEL") == "scripted":
         return False
+    if (env.get("LOOPENGINE_MODEL_PROVIDER") or "").strip().lower() == "bedrock":
+        return True
     return bool(env.get(MODEL_KEY) or env.get(secrets.arn_variable(MODEL_KEY)))
 
 
