@@ -16,6 +16,7 @@ from loopengine.app.ports import ModelClient, ModelRequest
 from loopengine.authoring.tools import ASK_USER_SPEC
 from loopengine.domain.errors import FatalModelError, ModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from loopengine.domain.usage import Usage
 from loopengine.models.anthropic import AnthropicModel
 
 if TYPE_CHECKING:  # the SDK is imported where a test uses it: collecting this module stays cheap
@@ -218,7 +219,7 @@ def test_parses_text_and_tool_use_and_skips_thinking(
         ),
     )
     assert response.stop_reason == "tool_use"
-    assert response.usage == {"input_tokens": 321, "output_tokens": 45}
+    assert response.usage == Usage(input_tokens=321, output_tokens=45)
 
 
 def test_skips_server_tool_blocks(model_for: Callable[..., AnthropicModel]) -> None:

@@ -372,7 +372,7 @@ def test_anthropic_streams_text_deltas_and_assembles_the_message() -> None:
         ToolUseBlock(id="toolu_9", name="lookup_order", input=LOOKUP),
         TextBlock("Then I ask."),
     )
-    assert response.stop_reason == "tool_use" and response.usage["output_tokens"] == 34
+    assert response.stop_reason == "tool_use" and response.usage.output_tokens == 34
     assert Message("assistant", response.content).text == "".join(got)
 
 

@@ -20,6 +20,7 @@ from loopengine.app import (
     sessions,
     starts,
     turn_events,
+    usage,
     views,
     waits,
 )
@@ -38,11 +39,13 @@ from loopengine.domain.errors import (
     InvalidInput,
     NotFound,
 )
+from loopengine.domain.history import Compaction
 from loopengine.domain.idempotency import claim
 from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
 from loopengine.domain.messages import Message
+from loopengine.domain.metering import DailyUsage, Metered
 from loopengine.domain.principals import OPERATOR
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
@@ -286,6 +289,23 @@ class Engine:
         if not messages:
             raise NotFound(f"no session {session_id!r}")
         return messages
+
+    def session_bill(
+        self, session_id: str, who: Decider | None = None, tenant: str | None = None
+    ) -> tuple[list[Compaction], Metered]:
+        """A session's compaction markers and what its model calls used (scoped as :meth:`history`)."""
+        scope = sessions.tenant_for(who or Decider("system", "read", kind=OPERATOR), tenant)
+        return usage.session_bill(self.rt.stores, session_key(scope, session_id))
+
+    def usage(
+        self,
+        tenant: str | None = None,
+        agent: str | None = None,
+        day: str | None = None,
+        who: Decider | None = None,
+    ) -> list[DailyUsage]:
+        """Per tenant, agent and UTC day, within the tenants ``who`` sees: see :func:`usage.daily`."""
+        return usage.daily(self.rt.stores, who, tenant, agent, day)
 
     def wait(self, turn_id: str, seconds: float, who: Decider | None = None) -> TurnOutcome:
         """Wait up to ``seconds`` while the turn is working (a pause or the finish ends it): its outcome.

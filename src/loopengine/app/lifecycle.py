@@ -108,7 +108,7 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
     """Start a queued message's turn once every earlier turn of its session has finished."""
     if not session_free(rt, turn) or turn.queued_message is None:
         return None
-    history = rt.stores.sessions.load(turn.session_key)
+    history = rt.stores.sessions.load_since_compaction(turn.session_key)  # (its length is what counts)
     now = rt.stores.clock.now()
     add = Append(turn.session_key, (Message.user_text(turn.queued_message),), len(history))
     notes = _run_start(rt, turn, turn.trigger)

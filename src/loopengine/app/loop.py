@@ -24,11 +24,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loopengine.app import compaction
 from loopengine.app.batch import BatchPlan, plan_batch, record_alone
 from loopengine.app.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.model_call import Abandoned, call_model
 from loopengine.app.pause import answer, append_results, checkpoint_id, park
-from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
+from loopengine.app.ports import Append, Change, ModelResponse
 from loopengine.app.worker import (
     NOTHING,
     Carry,
@@ -45,6 +46,7 @@ from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
+from loopengine.domain.history import History
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
@@ -65,11 +67,13 @@ def advance(
     rt = worker.rt
     turn = turn or load_turn(rt, worker.turn_id)
     config = rt.config_of(turn)
+    if history is not None and not isinstance(history, History):
+        history = History(history)
     while True:
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
-            history = rt.stores.sessions.load(turn.session_key)
+            history = rt.stores.sessions.load_since_compaction(turn.session_key)
         try:
             step = _step(worker, config, turn, history)
         except VersionConflict:  # the session moved under us: another runner has the turn
@@ -81,7 +85,7 @@ def advance(
 
 
 def _step(
-    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: History
 ) -> TurnOutcome | TurnRecord:
     """One step from the record: where the turn stands, or the record to go round again with."""
     rt = worker.rt
@@ -101,11 +105,12 @@ def _step(
         return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
     if worker.deadline is not None and rt.stores.clock.now() >= worker.deadline:
         return _hand_off(worker, turn)
-    request = ModelRequest(
-        config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
-    )
     try:
         with worker.heartbeat():
+            prepared = compaction.prepare(worker, config, turn, history)  # measured, compacted if due
+            if prepared is None:  # the compaction's write found the turn no longer ours
+                return load_turn(rt, worker.turn_id)
+            turn, request = prepared
             response = call_model(worker, rt.model_for(config), request)
     except ModelError as exc:
         return _model_failed(worker, config, turn, exc)
@@ -132,12 +137,13 @@ def _answered(
         stopReason=response.stop_reason,
         toolUses=[u.name for u in message.tool_uses],
         text=message.text,
+        usage=response.usage.as_json(),
     )
+    carry = Carry(message=message, events=(event,), usage=response.usage)
     if not message.tool_uses:
         add = Append(turn.session_key, (message,), len(history))
-        done = Carry(message=message, events=(event,))
-        return finish(worker, config, turn, StopReason.END_TURN, message.text, add, done)
-    return _batch(worker, config, turn, history, Carry(message=message, events=(event,)))
+        return finish(worker, config, turn, StopReason.END_TURN, message.text, add, carry)
+    return _batch(worker, config, turn, history, carry)
 
 
 def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: ModelError) -> TurnOutcome:
@@ -322,21 +328,6 @@ def _record_verdicts(
         turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
     )
     return recorded or load_turn(worker.rt, turn.turn_id)
-
-
-def merged(history: list[Message]) -> list[Message]:
-    """History for the model: consecutive user messages joined into one (results, then text).
-
-    A new message after a turn that ended on tool results (denied, superseded, cancelled) follows a
-    user message; the stored record keeps both, the request joins them as the Messages API does.
-    """
-    out: list[Message] = []
-    for msg in history:
-        if out and msg.role == "user" and out[-1].role == "user":
-            out[-1] = Message("user", (*out[-1].content, *msg.content))
-        else:
-            out.append(msg)
-    return out
 
 
 def _last_text(history: list[Message]) -> str | None:

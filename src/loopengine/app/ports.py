@@ -15,11 +15,14 @@ from typing import Protocol
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.frozen import frozen
+from loopengine.domain.history import Compaction, History
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
+from loopengine.domain.metering import DailyUsage, Tally
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.usage import Usage
 
 
 class CheckpointStore(Protocol):
@@ -67,6 +70,17 @@ class SessionStore(Protocol):
         """Append iff the history has exactly ``expected_len`` messages (else VersionConflict)."""
         ...
 
+    def load_since_compaction(self, session_id: str) -> History:
+        """The history from its latest compaction on (what a step reads; all of it if never compacted).
+
+        What it reads is bounded by what was sent since that compaction, not by the session's age.
+        """
+        ...
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """Every compaction of the session, oldest first."""
+        ...
+
 
 @frozen
 class Append:
@@ -75,6 +89,14 @@ class Append:
     session_id: str
     messages: tuple[Message, ...]
     expected_len: int
+
+
+@frozen
+class Compact:
+    """A compaction of a session (a :class:`~loopengine.domain.history.Compaction` record)."""
+
+    session_id: str
+    compaction: Compaction
 
 
 @frozen
@@ -107,6 +129,10 @@ class Change:
     """Outcomes of calls this writer claimed and ran (whole records, written as given): a call's
     outcome lands with the transition that hands its result on (the results message, the checkpoint
     of a pause, the finish), never in a write of its own."""
+    compact: Compact | None = None
+    """A compaction of the turn's session: stored as the session's latest (and among its markers)."""
+    tally: Tally | None = None
+    """Usage to add to a tenant's daily counter (a pause's or finish's; see :mod:`~loopengine.app.usage`)."""
 
 
 @frozen
@@ -211,6 +237,10 @@ class TurnStore(Protocol):
         """The turn's call records by toolUseId."""
         ...
 
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents (or ``agent`` alone) used on the UTC ``day``, by agent name."""
+        ...
+
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a config snapshot under its hash (idempotent)."""
         ...
@@ -247,11 +277,11 @@ class ModelRequest:
 
 @frozen
 class ModelResponse:
-    """What the model said: content blocks and its stop reason."""
+    """What the model said: content blocks, its stop reason, and what the call used."""
 
     content: tuple[Block, ...]
     stop_reason: str = "end_turn"
-    usage: JsonDict = field(default_factory=dict)
+    usage: Usage = Usage()
 
 
 class ModelClient(Protocol):

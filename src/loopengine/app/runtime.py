@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loopengine.app.ports import Change, Committed, ModelClient, Notifier, ResumeInvoker, Stores
+from loopengine.app.usage import settle
 from loopengine.authoring.agent import AgentConfig, from_snapshot
 from loopengine.authoring.mcp import McpConnector
 from loopengine.authoring.tools import ToolFn
@@ -115,6 +116,7 @@ class Runtime:
             change = decide(turn, cp)
             if change is None:
                 return None
+            change = settle(change, self.stores.clock.now())  # a pause or finish counts the turn's usage
             try:
                 done = self.stores.turns.commit(change)
             except VersionConflict as conflict:

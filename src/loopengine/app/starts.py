@@ -22,6 +22,7 @@ from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
 from loopengine.domain.errors import AlreadyExists, Conflict, VersionConflict
 from loopengine.domain.frozen import frozen
+from loopengine.domain.history import History
 from loopengine.domain.idempotency import Claim
 from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.messages import Message
@@ -87,7 +88,8 @@ def run(
     rt: Runtime, start: Start, budget_seconds: float | None, remaining_seconds: float | None
 ) -> TurnOutcome:
     """Create the turn and append its message in one write, then run it (this request is its worker)."""
-    history = [] if start.fresh else rt.stores.sessions.load(session_key(start.tenant, start.session_id))
+    where = session_key(start.tenant, start.session_id)
+    history = History() if start.fresh else rt.stores.sessions.load_since_compaction(where)
     runner = new_id("run_")
     turn = new_turn(rt, start, len(history), runner)
     notes = delivery.announce(rt, start.config, turn, notifications.run_start(turn, start.trigger))
@@ -107,7 +109,8 @@ def run(
         raise Conflict(f"session {start.session_id} changed while this message arrived; retry") from None
     delivery.deliver(rt, notes)
     worker = worker_for(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
-    return advance(worker, created.turn, [*history, *add.messages])
+    history.extend(add.messages)
+    return advance(worker, created.turn, history)
 
 
 def replayed(rt: Runtime, key: Claim | None) -> TurnOutcome:

@@ -23,6 +23,7 @@ from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT
 from loopengine.authoring.mcp import McpConnector, McpPin, McpServer, executor, servers_from_snapshot
 from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget, targets_of
 from loopengine.authoring.tools import ASK_USER_SPEC, Tool, ToolFn
+from loopengine.domain.context_window import ContextPolicy
 from loopengine.domain.errors import ConfigError
 from loopengine.domain.frozen import frozen
 from loopengine.domain.gate import RuleSet
@@ -57,6 +58,8 @@ class AgentConfig:
     model_retry: ModelRetry | None = None
     """``model_retry:`` (attempts, first and longest wait); None: the deployment's defaults."""
     """The MCP tools among ``tools``, by name: their server, the server's name and the pinned hash."""
+    context: ContextPolicy | None = None
+    """``context:`` (window, threshold, strategy); None: the defaults of ``ContextPolicy``."""
 
     def targets(self) -> tuple[NotifierTarget, ...]:
         """Where this config's notifications go: ``t0``, ``t1``, ... (one, the default, if it names none)."""
@@ -113,6 +116,7 @@ class AgentConfig:
             **({"live_wait": self.live_wait} if self.live_wait is not None else {}),
             **({"tool_timeouts": timeouts} if (timeouts := self._timeouts()) else {}),
             **({"model_retry": self.model_retry.to_dict()} if self.model_retry else {}),
+            **({"context": self.context.to_dict()} if self.context else {}),
         }
 
     def _entry(self, tool: Tool) -> JsonDict:
@@ -174,6 +178,7 @@ def from_snapshot(
         mcp_servers=tuple(servers.values()),
         mcp_pins=pins,
         model_retry=ModelRetry.from_dict(snapshot["model_retry"]) if snapshot.get("model_retry") else None,
+        context=ContextPolicy.from_dict(snapshot["context"]) if snapshot.get("context") else None,
     )
 
 
@@ -213,4 +218,5 @@ def build_config(
         notifiers=raw_agent.get("notifiers"),
         mcp_servers=tuple(McpServer.from_model(m) for m in agent.mcp_servers or ()),
         model_retry=ModelRetry(r.attempts, r.first_wait, r.max_wait) if (r := agent.model_retry) else None,
+        context=ContextPolicy(c.window_tokens, c.compact_at, c.strategy) if (c := agent.context) else None,
     )

@@ -8,6 +8,7 @@ from enum import StrEnum
 from loopengine.domain.frozen import frozen
 from loopengine.domain.ids import session_key
 from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.metering import Metered
 
 
 class TurnStatus(StrEnum):
@@ -42,6 +43,7 @@ class StopReason(StrEnum):
     SUPERSEDED = "superseded"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    TOKEN_ALLOWANCE = "token_allowance"
 
 
 @frozen
@@ -60,6 +62,8 @@ class TurnRecord:
     in a row. ``live``: the message came on the live channel (``"live": true``), so a pause's
     notifications wait the agent's ``live_wait`` for an inline decision first. ``queued_behind``:
     a message is queued behind this turn, so its finish starts the next one (else no read for it).
+    ``metered``: what the turn's model calls used; ``counted``: how much of it the tenant's daily
+    counters hold (a pause or finish adds the rest, :mod:`loopengine.domain.metering`).
     """
 
     turn_id: str
@@ -87,6 +91,8 @@ class TurnRecord:
     live: bool = False
     queued_behind: bool = False
     scoped_session: bool = False
+    metered: Metered = field(default_factory=Metered)
+    counted: Metered = field(default_factory=Metered)
     version: int = 0
 
     @property
@@ -120,6 +126,8 @@ class TurnRecord:
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
             "live": self.live,
+            "usage": self.metered.packed() if self.metered else None,
+            "counted": self.counted.packed() if self.counted else None,
         }
         return {
             "turnId": self.turn_id,
@@ -164,6 +172,8 @@ class TurnRecord:
             live=bool(d.get("live", False)),
             queued_behind=bool(d.get("queuedBehind", False)),
             scoped_session=bool(d.get("scopedSession", False)),
+            metered=Metered.unpacked(d.get("usage")),
+            counted=Metered.unpacked(d.get("counted")),
             version=int(d.get("version", 0)),
         )
 

@@ -19,6 +19,7 @@ from loopengine.http.observability import flush, logger
 from loopengine.http.routes_lark import router as lark_router
 from loopengine.http.routes_magic import router as magic_router
 from loopengine.http.routes_slack import router as slack_router
+from loopengine.http.routes_usage import router as usage_router
 
 # deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
 app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
@@ -30,6 +31,7 @@ for router in (
     slack_router,
     lark_router,
     routes_inbox.router,
+    usage_router,
 ):
     app.include_router(router)
 

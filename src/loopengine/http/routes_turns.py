@@ -114,7 +114,7 @@ def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Resp
 
 @router.get(
     "/sessions/<sessionId>",
-    summary="A session's durable history (session ids are scoped by tenant)",
+    summary="A session's durable history, its compactions and usage (session ids are scoped by tenant)",
     responses=answers({200: m.SessionView}, 400, 403, 404),
 )
 def get_session(
@@ -127,5 +127,7 @@ def get_session(
         ),
     ] = None,
 ) -> Response[m.SessionView]:
-    history = root.engine().history(session_id, auth.current(router), tenant)
-    return web.reply(200, views.session_view(session_id, history))
+    who, engine = auth.current(router), root.engine()
+    history = engine.history(session_id, who, tenant)
+    compactions, usage = engine.session_bill(session_id, who, tenant)
+    return web.reply(200, views.session_view(session_id, history, compactions, usage))

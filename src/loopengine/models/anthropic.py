@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, cast
 from loopengine.app.ports import ModelRequest, ModelResponse, TextSink
 from loopengine.domain.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
+from loopengine.domain.usage import Usage
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AnthropicError
@@ -165,7 +166,7 @@ def _to_response(raw: ApiMessage) -> ModelResponse:
             blocks.append(TextBlock(text=block.text))
         elif isinstance(block, ApiToolUseBlock):
             blocks.append(ToolUseBlock(id=block.id, name=block.name, input=dict(block.input)))
-    usage = raw.usage.model_dump(mode="json", exclude_none=True)
+    usage = Usage.from_json(raw.usage.model_dump(mode="json", exclude_none=True))
     return ModelResponse(content=tuple(blocks), stop_reason=raw.stop_reason or "end_turn", usage=usage)
 
 

@@ -37,8 +37,10 @@ from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, StoreError
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
+from loopengine.domain.metering import DailyUsage
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
 from loopengine.stores.dynamodb_codec import key, n, unsortable
 from loopengine.stores.dynamodb_commit import DynamoCommits
@@ -287,6 +289,10 @@ class DynamoTurnStore(DynamoCommits):
         """The turn's call records by toolUseId (an outcome over its claim), in the order they started."""
         _, calls = self._logs(turn_id)
         return merge_calls(calls)
+
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents used on ``day``: its counter shards added up (:mod:`~.dynamodb_bill`)."""
+        return bill.daily_usage(self.table, tenant, day, agent)
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a snapshot under its hash; a second put of the same hash changes nothing.

@@ -20,6 +20,7 @@ from loopengine.domain.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import TurnRecord, TurnStatus
+from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_codec import n
 from loopengine.stores.dynamodb_heads import EventGroup, Head, TurnLog, claim_digest
 from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
@@ -157,11 +158,23 @@ class DynamoCommits(DynamoStore):
             plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
         if change.idempotency is not None:
             plan.add([self._key_action(change.idempotency)])
+        plan.add(self._bill_actions(change))
         if not logged:
             plan.add([self.table.put_action(self._call_item(c), ABSENT) for c in change.claims])
             outcomes = [self._call_item(c) for c in change.calls]
             plan.add([{"Put": {"TableName": self.table.name, "Item": item}} for item in outcomes])
         return plan, turn, cp
+
+    def _bill_actions(self, change: Change) -> list[Action]:
+        """A compaction's items (a retried write stores the same again) and a usage counter's ``ADD``."""
+        actions: list[Action] = []
+        if change.compact is not None:
+            body = change.compact.compaction.to_dict()
+            items = [self._item(pk, sk, body) for pk, sk in bill.compact_keys(change.compact)]
+            actions += [{"Put": {"TableName": self.table.name, "Item": item}} for item in items]
+        if change.tally is not None:
+            actions.append(bill.tally_action(self.table, change.tally))
+        return actions
 
     def _group(self, change: Change) -> EventGroup | None:
         return EventGroup.of(change.events, self.clock.now()) if change.events else None

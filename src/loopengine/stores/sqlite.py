@@ -20,11 +20,14 @@ from loopengine.app.ports import Change, Committed, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, VersionConflict
+from loopengine.domain.history import Compaction, History
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
+from loopengine.domain.metering import DailyUsage
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.stores import sqlite_bill as bill
 from loopengine.stores.sqlite_database import SqliteDatabase, compare_and_set, dumps, insert, loads
 
 __all__ = [
@@ -121,6 +124,14 @@ class SqliteSessionStore(_SqliteStore):
         with self.db.write() as conn:
             _append(conn, session_id, messages, expected_len)
 
+    def load_since_compaction(self, session_id: str) -> History:
+        """The history from its latest compaction on (see :mod:`~loopengine.stores.sqlite_bill`)."""
+        return bill.load_since_compaction(self.db, session_id)
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """Every compaction of the session, oldest first."""
+        return bill.compactions(self.db, session_id)
+
 
 def _append(
     conn: sqlite3.Connection, session_id: str, messages: Sequence[Message], expected_len: int
@@ -167,6 +178,10 @@ class SqliteTurnStore(_SqliteStore):
                 insert(
                     conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "UPDATE SET body = excluded.body"
                 )
+            if change.compact is not None:
+                bill.put_compaction(conn, change.compact)
+            if change.tally is not None:
+                bill.add_tally(conn, change.tally)
         return Committed(turn, cp)
 
     def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
@@ -286,6 +301,10 @@ class SqliteTurnStore(_SqliteStore):
         sql = "SELECT body FROM tool_calls WHERE turn_id = ? ORDER BY rowid"
         records = [CallRecord.from_dict(found) for found in self.db.bodies(sql, (turn_id,))]
         return {record.tool_use_id: record for record in records}
+
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents used on ``day`` (one row per agent)."""
+        return bill.daily_usage(self.db, tenant, day, agent)
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a snapshot under its hash; a second put of the same hash changes nothing."""
