@@ -16,8 +16,8 @@ import pytest
 
 import loopengine
 from tests.design_routes import (
-    DESIGN_MD,
     BILL_ROUTES,
+    DESIGN_MD,
     DESIGN_ROUTES,
     INBOX_ROUTES,
     NO_DESIGN_MD,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from loopengine.app.resolution import Resolution
 from loopengine.app.worker import TurnOutcome
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.history import Compaction
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.metering import DailyUsage, Metered
 from loopengine.domain.turns import TurnRecord, TurnStatus
