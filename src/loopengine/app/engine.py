@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from loopengine.app import (
+    allowance,
     expiry,
     items,
     lifecycle,
@@ -112,6 +113,7 @@ class Engine:
         replayed = replay(self.rt, key)
         if replayed is not None:
             return replayed
+        allowance.check_start(self.rt, tenant)  # (a replayed request above is answered regardless)
         unfinished = store.unfinished_session_turns(where) if owner is not None else []
         active = sessions.active_turns(sid, config, tenant, owner, unfinished)
         start = starts.Start(config, sid, tenant, trigger, message, live, key, fresh=not session_id)

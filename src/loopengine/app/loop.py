@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopengine.app import compaction
+from loopengine.app import allowance, compaction
 from loopengine.app.batch import BatchPlan, plan_batch, record_alone
 from loopengine.app.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.model_call import Abandoned, call_model
@@ -100,6 +100,8 @@ def _step(
         return _batch(worker, config, turn, history)
     if turn.stop_requested is not None:
         return finish(worker, config, turn, turn.stop_requested, None)
+    if allowance.exhausted(rt, turn):  # the tenant's tokens for the day are spent
+        return finish(worker, config, turn, StopReason.TOKEN_ALLOWANCE, _last_text(history))
     rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
     if rounds >= config.max_iterations:
         return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))

@@ -56,6 +56,8 @@ class Runtime:
     max_model_failures: int = 5
     max_waits: int = 8
     """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/waits.py)."""
+    tenant_daily_tokens: int | None = None
+    """A tenant's tokens per UTC day (LOOPENGINE_TENANT_DAILY_TOKENS, app/allowance.py); None: no limit."""
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
     mcp: McpConnector | None = None

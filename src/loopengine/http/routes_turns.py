@@ -52,7 +52,9 @@ Prefer = Annotated[
 @router.post(
     "/agents/<agent>/messages",
     summary="Send a message: run a turn until it finishes, pauses for a human, or runs out of budget",
-    responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 503),
+    responses=answers(
+        {200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 429, 503
+    ),
 )
 def post_message(
     agent: Agent,
