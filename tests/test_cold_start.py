@@ -36,9 +36,10 @@ NOT_AT_IMPORT = (
     "loopengine.models.anthropic",
     "loopengine.local",
 )
-OURS_BUDGET = {"handlers.api": 90, "handlers.resume": 75, "handlers.schedule": 75}
+OURS_BUDGET = {"handlers.api": 96, "handlers.resume": 81, "handlers.schedule": 81}
 """At most this many of the project's own modules per handler import (85, 71, 71 when written; 107 for
-the api before its channel routes loaded their code on first use)."""
+the api before its channel routes loaded their code on first use; the model bill, issue 27, added 5 to
+each handler: usage, metering, context window, compaction, app usage, and /usage's route to the api)."""
 OTHERS_BUDGET = 10
 """At most this many other modules beyond the floor (5 or 6 when written: difflib, gc, pieces of
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""
@@ -415,7 +416,7 @@ def test_the_workers_have_reserved_concurrency_the_api_cannot_take() -> None:
     template = _template()
     params, conditions = template["Parameters"], template["Conditions"]
     for name, param, default in (
-        ("ResumeFunction", "ResumeReservedConcurrency", 10),
+        ("ResumeFunction", "ResumeReservedConcurrency", 0),  # a ceiling too: off until sized (issue 27)
         ("ScheduleFunction", "ScheduleReservedConcurrency", 2),
     ):
         assert params[param]["Default"] == default and params[param]["MinValue"] == 0

@@ -121,8 +121,12 @@ class Killer:
 
 
 def _big(args: dict[str, Any]) -> Any:
-    """A result of 1.5 KB no dictionary shrinks much: every DynamoDB head that holds it flushes its log."""
-    return {"args": args, "blob": random.Random(json.dumps(args)).randbytes(1100).hex()[:1500]}
+    """A result of 1.5 KB no dictionary shrinks much (stored once: in the batch's answer or checkpoint)."""
+    return {"args": args, "blob": _blob(json.dumps(args))}
+
+
+def _blob(seed: str) -> str:
+    return random.Random(seed).randbytes(1100).hex()[:1500]
 
 
 def _engine(
@@ -130,10 +134,11 @@ def _engine(
 ) -> tuple[Engine, LambdaAsync, RecordingNotifier, Any]:
     fn = _big if big else None
     cfg = agent("shop", [calls.tool(n, fn=fn) for n in ("lookup", "refund", "email")], RULES)
+    said = {k: _blob(k) if big else None for k in ("first", "second")}  # in each model_response event
     script = ScriptedModel.from_list(
         [
-            call(use("lookup", {"x": 1}, id="l1"), use("refund", {"x": 2}, id="r1")),
-            call(use("email", {"x": 3}, id="e1")),
+            call(use("lookup", {"x": 1}, id="l1", text=said["first"]), use("refund", {"x": 2}, id="r1")),
+            call(use("email", {"x": 3}, id="e1", text=said["second"])),
             say("done"),
         ]
     )
@@ -233,7 +238,8 @@ def test_a_crash_at_every_point_ends_at_rest_with_nothing_run_twice(
 def test_with_big_results_every_head_flushes_and_a_crash_still_ends_at_rest(
     tmp_path: Path, point: str, nth: int
 ) -> None:
-    """DynamoDB: 1.5 KB results move each turn head's log to ``LOG#`` items in the writes they ride in."""
+    """DynamoDB: 1.5 KB model texts (in the model_response events) move each turn head's log to ``LOG#``
+    items in the writes they ride in; the 1.5 KB results are stored once, with their batch."""
     clock = FakeClock()
     with make_dynamodb(tmp_path, clock) as stores:
         got = _run(stores, clock, Killer(point, nth), big=True)

@@ -7,13 +7,14 @@ import dataclasses
 import pytest
 
 from loopengine.app.ports import Append, Change, Compact, Stores
-from loopengine.domain.history import ELIDED, Compaction
+from loopengine.domain import outbox
+from loopengine.domain.context_window import ELIDED, Compaction
 from loopengine.domain.ids import new_id
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.domain.metering import DailyUsage, Metered, Tally
-from loopengine.domain.turns import TurnStatus
+from loopengine.domain.turns import CallRecord, TurnStatus
 from loopengine.domain.usage import Usage
-from tests.contract import turn
+from tests.contract import T0, checkpoint, turn
 
 DAY = "2027-01-15"
 
@@ -146,3 +147,53 @@ def test_an_append_after_a_compaction_lands_where_the_history_ends(stores: Store
     again = stores.sessions.load_since_compaction(key)
     assert again.live() == [*messages[8:], *more, Message("assistant", (TextBlock("sure"),))]
     assert len(stores.sessions.load(key)) == len(messages) + 2
+
+
+def test_a_delivery_and_its_audit_event_are_one_write_read_back_in_order(stores: Stores) -> None:
+    running = turn()
+    stores.turns.create_turn(running)
+    note = outbox.new_record("evt_1", running.turn_id, "customer-service", "h1", "approval", {"x": 1}, T0)
+    before, after = {"type": "paused", "at": T0}, {"type": "resumed", "at": T0 + 2}
+    notified = {"type": "notified", "at": T0 + 1, "eventId": "evt_1", "target": "t0", "channel": "webhook"}
+    stores.turns.commit(Change(running.turn_id, turn=running, events=(before,), outbox=(note,)))
+    stores.turns.put_outbox(outbox.delivered(note), (notified,))
+    current = stores.turns.get_turn(running.turn_id)
+    assert current is not None
+    stores.turns.commit(Change(running.turn_id, turn=current, events=(after,)))
+
+    assert stores.turns.events(running.turn_id) == [before, notified, after]
+    assert stores.turns.due_outbox(T0 + 10**6) == []
+
+
+def test_a_checkpoint_and_a_config_are_read_together(stores: Stores) -> None:
+    cp = checkpoint()
+    stores.checkpoints.create(cp)
+    stores.turns.put_config("sha256:abc", {"name": "shop", "tools": []})
+    assert stores.checkpoints.get_with_config(cp.id, "sha256:abc") == (cp, {"name": "shop", "tools": []})
+    assert stores.checkpoints.get_with_config(cp.id, None) == (cp, None)
+    assert stores.checkpoints.get_with_config("cp_gone", "sha256:none") == (None, None)
+
+
+def test_a_new_turns_config_snapshot_is_stored_with_it(stores: Stores) -> None:
+    first, second = turn(), turn()
+    snapshot = {"name": "shop", "system": "be kind"}
+    stores.turns.commit(Change(first.turn_id, new_turn=first, config=("sha256:cfg", snapshot)))
+    stores.turns.commit(Change(second.turn_id, new_turn=second, config=("sha256:cfg", snapshot)))
+    assert stores.turns.get_config("sha256:cfg") == snapshot
+
+
+def test_a_result_the_change_stores_in_its_answer_is_not_stored_again_with_the_call(stores: Stores) -> None:
+    running = turn()
+    stores.turns.create_turn(running)
+    result = ToolResultBlock("toolu_a", '{"blob": "' + "z" * 2000 + '"}')
+    other = ToolResultBlock("toolu_b", '{"ok": true}')
+    ran = [
+        CallRecord(running.turn_id, "toolu_a", "lookup", T0, "ok", result.to_dict(), T0 + 1),
+        CallRecord(running.turn_id, "toolu_b", "lookup", T0, "ok", other.to_dict(), T0 + 1),
+    ]
+    answer = Append(running.session_key, (Message("user", (result,)),), 0)
+    stores.turns.commit(Change(running.turn_id, turn=running, append=answer, calls=tuple(ran)))
+    calls = stores.turns.calls(running.turn_id)
+    assert (calls["toolu_a"].outcome, calls["toolu_a"].result) == ("ok", None), "the answer holds it"
+    assert calls["toolu_b"].result == other.to_dict(), "not in the answer: kept with the call"
+    assert stores.sessions.load(running.session_key)[0].tool_results == [result]

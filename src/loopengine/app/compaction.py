@@ -22,7 +22,7 @@ from loopengine.app.worker import Worker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import context_window as cw
 from loopengine.domain.checkpoint import TurnCheckpoint
-from loopengine.domain.history import Compaction, History
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from loopengine.domain.turns import TurnRecord, TurnStatus

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from loopengine.app import (
-    allowance,
     expiry,
     items,
     lifecycle,
@@ -32,6 +31,7 @@ from loopengine.app.resolution import Decider, Resolution
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker import TurnOutcome
 from loopengine.authoring.agent import AgentConfig
+from loopengine.domain.context_window import Compaction
 from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.errors import (
     AlreadyExists,
@@ -40,7 +40,6 @@ from loopengine.domain.errors import (
     InvalidInput,
     NotFound,
 )
-from loopengine.domain.history import Compaction
 from loopengine.domain.idempotency import claim
 from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.jsontypes import JsonDict
@@ -113,7 +112,6 @@ class Engine:
         replayed = replay(self.rt, key)
         if replayed is not None:
             return replayed
-        allowance.check_start(self.rt, tenant)  # (a replayed request above is answered regardless)
         unfinished = store.unfinished_session_turns(where) if owner is not None else []
         active = sessions.active_turns(sid, config, tenant, owner, unfinished)
         start = starts.Start(config, sid, tenant, trigger, message, live, key, fresh=not session_id)

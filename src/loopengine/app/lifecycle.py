@@ -54,9 +54,9 @@ def resume_turn(
     if turn.status is TurnStatus.QUEUED:
         return _start_queued(rt, worker, turn)
     now = rt.stores.clock.now()
+    worker.closing = _closed_batch(rt, turn)  # (with the turn's config, when this process lacks it)
     notes = _run_start(rt, turn, "resume")
     sent: list[tuple[Any, ...]] = []
-    worker.closing = _closed_batch(rt, turn)
     claims = _approved_claim(worker, turn, worker.closing, now)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
@@ -90,7 +90,10 @@ def _closed_batch(rt: Runtime, turn: TurnRecord) -> TurnCheckpoint | None:
     """The closed checkpoint a READY turn resumes on (read before the claim: its calls ride in it)."""
     if turn.status is not TurnStatus.READY or turn.checkpoint_id is None or turn.stop_requested is not None:
         return None
-    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    wanted = None if rt.knows_config(turn.agent, turn.config_hash) else turn.config_hash
+    cp, snapshot = rt.stores.checkpoints.get_with_config(turn.checkpoint_id, wanted)
+    if snapshot is not None:
+        rt.remember_config(turn.agent, turn.config_hash, snapshot)
     return cp if cp is not None and cp.closed else None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loopengine.app import allowance, compaction
+from loopengine.app import compaction, usage
 from loopengine.app.batch import BatchPlan, plan_batch, record_alone
 from loopengine.app.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.model_call import Abandoned, call_model
@@ -45,8 +45,8 @@ from loopengine.authoring.tools import args_hash
 from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.context_window import History
 from loopengine.domain.errors import ModelError, NotFound, VersionConflict
-from loopengine.domain.history import History
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
@@ -100,7 +100,7 @@ def _step(
         return _batch(worker, config, turn, history)
     if turn.stop_requested is not None:
         return finish(worker, config, turn, turn.stop_requested, None)
-    if allowance.exhausted(rt, turn):  # the tenant's tokens for the day are spent
+    if usage.exhausted(rt, turn):  # the tenant's tokens for the day are spent
         return finish(worker, config, turn, StopReason.TOKEN_ALLOWANCE, _last_text(history))
     rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
     if rounds >= config.max_iterations:
@@ -330,6 +330,21 @@ def _record_verdicts(
         turn.turn_id, lambda t: ts.record_verdicts(t, worker.runner, fresh), turn
     )
     return recorded or load_turn(worker.rt, turn.turn_id)
+
+
+def merged(history: list[Message]) -> list[Message]:
+    """History for the model: consecutive user messages joined into one (results, then text).
+
+    A new message after a turn that ended on tool results (denied, superseded, cancelled) follows a
+    user message; the stored record keeps both, the request joins them as the Messages API does.
+    """
+    out: list[Message] = []
+    for msg in history:
+        if out and msg.role == "user" and out[-1].role == "user":
+            out[-1] = Message("user", (*out[-1].content, *msg.content))
+        else:
+            out.append(msg)
+    return out
 
 
 def _last_text(history: list[Message]) -> str | None:

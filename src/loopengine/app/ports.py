@@ -9,13 +9,13 @@ caller needs no second read. Creates raise :class:`~loopengine.domain.errors.Alr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.frozen import frozen
-from loopengine.domain.history import Compaction, History
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
@@ -49,6 +49,15 @@ class CheckpointStore(Protocol):
 
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
+        ...
+
+    def get_with_config(
+        self, checkpoint_id: str, config_hash: str | None
+    ) -> tuple[TurnCheckpoint | None, JsonDict | None]:
+        """:meth:`get` and, when ``config_hash`` is given, that config snapshot, read together.
+
+        One round trip where the store can: a resume in a fresh process needs both.
+        """
         ...
 
     def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
@@ -93,7 +102,7 @@ class Append:
 
 @frozen
 class Compact:
-    """A compaction of a session (a :class:`~loopengine.domain.history.Compaction` record)."""
+    """A compaction of a session (a :class:`~loopengine.domain.context_window.Compaction` record)."""
 
     session_id: str
     compaction: Compaction
@@ -131,6 +140,25 @@ class Change:
     of a pause, the finish), never in a write of its own."""
     compact: Compact | None = None
     """A compaction of the turn's session: stored as the session's latest (and among its markers)."""
+    config: tuple[str, JsonDict] | None = None
+    """The config snapshot (hash, snapshot) a new turn runs under: stored with it, unless the store
+    knows it is stored (snapshots never change), so a turn's start sends no write of its own for it."""
+
+    def calls_to_store(self) -> tuple[CallRecord, ...]:
+        """``calls`` as a store records them: a tool result stored once.
+
+        A call whose result this change also stores, as it is, in the messages it appends (the batch's
+        answer) or in the checkpoint it creates (``resultsSoFar``) is recorded without it: its
+        outcome, tool and times stay, its ``result`` is ``None`` (read it from the session, or the
+        checkpoint). Nothing reads a call's result once its batch is answered or parked.
+        """
+        held = [b.to_dict() for m in (self.append.messages if self.append else ()) for b in m.tool_results]
+        if self.new_checkpoint is not None:
+            held += [r.to_dict() for r in self.new_checkpoint.results_so_far]
+        return tuple(
+            replace(c, result=None) if c.result is not None and c.result in held else c for c in self.calls
+        )
+
     tally: Tally | None = None
     """Usage to add to a tenant's daily counter (a pause's or finish's; see :mod:`~loopengine.app.usage`)."""
 
@@ -213,8 +241,13 @@ class TurnStore(Protocol):
         """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
         ...
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state (create or overwrite)."""
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state (create or overwrite), with ``events`` in the same write.
+
+        ``events`` (audit events of the record's turn) are for the record's last write, its first
+        delivery: a store may keep them with the record (one request, not two), and a later put of
+        the same record may drop them.
+        """
         ...
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
@@ -234,7 +267,11 @@ class TurnStore(Protocol):
         ...
 
     def calls(self, turn_id: str) -> dict[str, CallRecord]:
-        """The turn's call records by toolUseId."""
+        """The turn's call records by toolUseId.
+
+        A finished call's ``result`` is ``None`` where its batch's answer or checkpoint holds it
+        (:meth:`Change.calls_to_store`).
+        """
         ...
 
     def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:

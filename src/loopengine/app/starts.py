@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from loopengine.app import delivery, lifecycle
+from loopengine.app import delivery, lifecycle, usage
 from loopengine.app.loop import advance
 from loopengine.app.ports import Append, Change
 from loopengine.app.replay import replay
@@ -20,9 +20,9 @@ from loopengine.app.worker import TurnOutcome, Worker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
+from loopengine.domain.context_window import History
 from loopengine.domain.errors import AlreadyExists, Conflict, VersionConflict
 from loopengine.domain.frozen import frozen
-from loopengine.domain.history import History
 from loopengine.domain.idempotency import Claim
 from loopengine.domain.ids import new_id, session_key
 from loopengine.domain.messages import Message
@@ -48,7 +48,7 @@ def new_turn(rt: Runtime, start: Start, start_seq: int, runner: str | None) -> T
     """The record of a new turn (its config snapshot stored once per process and kept)."""
     config = start.config
     config_hash = config.config_hash()
-    rt.keep_config(config.name, config_hash, config.snapshot())
+    rt.remember_config(config.name, config_hash, config.snapshot())  # stored with the turn (config_of)
     now = rt.stores.clock.now()
     return TurnRecord(
         turn_id=new_id("trn_"),
@@ -71,11 +71,15 @@ def new_turn(rt: Runtime, start: Start, start_seq: int, runner: str | None) -> T
 
 def queue(rt: Runtime, start: Start, ahead: Sequence[TurnRecord]) -> TurnOutcome:
     """Keep the message in a ``queued`` turn until the turns ``ahead`` have finished."""
+    usage.check_start(rt, start.tenant)
     turn = replace(new_turn(rt, start, -1, None), queued_message=start.message)
     event = rt.stamp("queued", trigger=start.trigger)
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
     try:
-        rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held))
+        snapshot = (turn.config_hash, start.config.snapshot())
+        rt.stores.turns.commit(
+            Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held, config=snapshot)
+        )
     except AlreadyExists:  # the same key's first request landed meanwhile
         return replayed(rt, start.key)
     for earlier in ahead:  # its finish starts the next queued turn (it reads the session only then)
@@ -88,6 +92,7 @@ def run(
     rt: Runtime, start: Start, budget_seconds: float | None, remaining_seconds: float | None
 ) -> TurnOutcome:
     """Create the turn and append its message in one write, then run it (this request is its worker)."""
+    usage.check_start(rt, start.tenant)  # (a replayed request was answered before: it is no new message)
     where = session_key(start.tenant, start.session_id)
     history = History() if start.fresh else rt.stores.sessions.load_since_compaction(where)
     runner = new_id("run_")
@@ -98,7 +103,16 @@ def run(
         session_key(start.tenant, start.session_id), (Message.user_text(start.message),), len(history)
     )
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
-    create = Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held)
+    snapshot = (turn.config_hash, start.config.snapshot())
+    create = Change(
+        turn.turn_id,
+        new_turn=turn,
+        append=add,
+        events=(event,),
+        outbox=notes,
+        idempotency=held,
+        config=snapshot,
+    )
     try:
         created = rt.stores.turns.commit(create)
     except AlreadyExists:  # the same key's first request landed meanwhile

@@ -5,7 +5,7 @@ from __future__ import annotations
 from loopengine.app.resolution import Resolution
 from loopengine.app.worker import TurnOutcome
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
-from loopengine.domain.history import Compaction
+from loopengine.domain.context_window import Compaction
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 from loopengine.domain.metering import DailyUsage, Metered

@@ -18,7 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from loopengine.app.allowance import TokenAllowanceExceeded
+from loopengine.app.usage import TokenAllowanceExceeded
 from loopengine.app.waits import TooManyWaits
 from loopengine.domain import errors, jsonsafe
 from loopengine.domain.idempotency import IdempotencyMismatch

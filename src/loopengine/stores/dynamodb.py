@@ -54,7 +54,7 @@ from loopengine.stores.dynamodb_heads import (
     merge_events,
 )
 from loopengine.stores.dynamodb_index import read as read_index
-from loopengine.stores.dynamodb_items import DynamoStore
+from loopengine.stores.dynamodb_items import OUTBOX_EVENTS, DynamoStore
 from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -194,9 +194,9 @@ class DynamoTurnStore(DynamoCommits):
         found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
         return [r for r in found if r.due_at is not None and r.due_at <= now]
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state (one PutItem)."""
-        self.table.put(self._outbox_item(record))
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state, ``events`` kept in its item (one PutItem)."""
+        self.table.put(self._outbox_item(record, events))
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event in one PutItem of its own item, ordered by its time.
@@ -229,6 +229,8 @@ class DynamoTurnStore(DynamoCommits):
                 groups.append(_event_group(sk, self.table.decode(item)))
             elif sk.startswith("CALL#"):
                 calls.append(CallRecord.from_dict(self.table.decode(item)))
+            elif sk.startswith("OUTBOX#") and (kept := self.table.decode(item).get(OUTBOX_EVENTS)):
+                groups.append(EventGroup.from_dict(kept))  # a delivery's audit event, kept with it
         if head is not None and head.log is not None:
             groups += head.log.groups
             calls += head.log.calls

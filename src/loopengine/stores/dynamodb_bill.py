@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 
 from loopengine.app.ports import Compact
-from loopengine.domain.history import Compaction, History
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.messages import Message
 from loopengine.domain.metering import DailyUsage, Metered, Tally
 from loopengine.domain.usage import Usage

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.errors import VersionConflict
-from loopengine.domain.history import Compaction, History
 from loopengine.domain.messages import Message
 from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_items import DynamoStore

@@ -19,8 +19,8 @@ from typing import Any
 from loopengine.app.ports import Change, Committed, Stores
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.errors import AlreadyExists, VersionConflict
-from loopengine.domain.history import Compaction, History
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
@@ -79,6 +79,13 @@ class SqliteCheckpointStore(_SqliteStore):
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""
         with self.db.write() as conn:
             return _replace_checkpoint(conn, cp)
+
+    def get_with_config(
+        self, checkpoint_id: str, config_hash: str | None
+    ) -> tuple[TurnCheckpoint | None, JsonDict | None]:
+        """The checkpoint, and the config snapshot if asked (two local reads)."""
+        sql = "SELECT body FROM configs WHERE config_hash = ?"
+        return self.get(checkpoint_id), None if config_hash is None else self.db.body(sql, (config_hash,))
 
     def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
         """Checkpoints of ``tenant`` not yet closed, oldest first, optionally for one agent."""
@@ -174,10 +181,13 @@ class SqliteTurnStore(_SqliteStore):
             for call in change.claims:
                 if insert(conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "NOTHING") != 1:
                     raise AlreadyExists(f"call {call.tool_use_id} of turn {call.turn_id} was claimed already")
-            for call in change.calls:
+            for call in change.calls_to_store():
                 insert(
                     conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "UPDATE SET body = excluded.body"
                 )
+            if change.config is not None:
+                row = {"config_hash": change.config[0], "body": dumps(change.config[1])}
+                insert(conn, "configs", row, "ON CONFLICT (config_hash) DO NOTHING")
             if change.compact is not None:
                 bill.put_compaction(conn, change.compact)
             if change.tally is not None:
@@ -257,10 +267,12 @@ class SqliteTurnStore(_SqliteStore):
         )
         return [OutboxRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state."""
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state, and ``events`` in the same transaction."""
         with self.db.write() as conn:
             _put_outbox(conn, record)
+            for event in events:
+                insert(conn, "turn_events", {"turn_id": record.turn_id, "body": dumps(event)})
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event."""

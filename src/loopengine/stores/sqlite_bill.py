@@ -2,7 +2,7 @@
 
 ``usage_daily`` holds one row per (tenant, UTC day, agent), added to in the transaction of the pause
 or finish that counts a turn's usage. ``compactions`` holds one row per compaction of a session; a
-step reads the latest and the messages from its ``upTo`` on (:class:`~loopengine.domain.history.History`).
+step reads the latest and the messages from its ``upTo`` on (:mod:`~loopengine.domain.context_window`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 
 from loopengine.app.ports import Compact
+from loopengine.domain.context_window import Compaction, History
 from loopengine.domain.errors import StoreError
-from loopengine.domain.history import Compaction, History
 from loopengine.domain.messages import Message
 from loopengine.domain.metering import DailyUsage, Metered, Tally
 from loopengine.domain.usage import Usage
