@@ -101,7 +101,7 @@ def _step(
     if turn.stop_requested is not None:
         return finish(worker, config, turn, turn.stop_requested, None)
     if usage.exhausted(rt, turn):  # the tenant's tokens for the day are spent
-        return finish(worker, config, turn, StopReason.TOKEN_ALLOWANCE, _last_text(history))
+        return finish(worker, config, turn, StopReason.TOKEN_ALLOWANCE, _last_text(history[turn.start_seq :]))
     rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
     if rounds >= config.max_iterations:
         return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
