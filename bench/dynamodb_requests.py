@@ -108,10 +108,13 @@ class PhaseInvoker:
 
 
 @contextmanager
-def metered_stack(registry: AgentRegistry | None = None) -> Iterator[tuple[Engine, Meter, PhaseInvoker, Any]]:
+def metered_stack(
+    registry: AgentRegistry | None = None, env: dict[str, str] | None = None
+) -> Iterator[tuple[Engine, Meter, PhaseInvoker, Any]]:
     """The deployment's Engine on a fresh moto table, every request metered; and the metered client.
 
-    ``registry``: where its agents come from (default: the deployment's, as ``build_runtime`` finds them).
+    ``registry``: where its agents come from (default: the deployment's, as ``build_runtime`` finds them);
+    ``env``: settings on top of the scripted model (a default webhook, say).
     """
     with moto_client() as client:
         meter = Meter()
@@ -119,7 +122,7 @@ def metered_stack(registry: AgentRegistry | None = None) -> Iterator[tuple[Engin
         stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
         invoker = PhaseInvoker(meter)
         runtime = build_runtime(
-            {"LOOPENGINE_MODEL": "scripted"}, invoker=invoker, stores=stores, registry=registry
+            {"LOOPENGINE_MODEL": "scripted", **(env or {})}, invoker=invoker, stores=stores, registry=registry
         )
         engine = Engine(runtime)
         invoker.engine = engine
@@ -231,3 +234,55 @@ if __name__ == "__main__":
     import json
 
     print(json.dumps(requests_per_step(), indent=2))
+
+
+class _Queued:
+    """Lambda's asynchronous invoke as the realistic path meets it: queued, delivered later."""
+
+    def __init__(self) -> None:
+        self.turns: list[str] = []
+
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        """Queue the resume (the resolve's request ends here)."""
+        self.turns.append(turn_id)
+
+
+def realistic_flow(client: Any, webhook_url: str, secret: str) -> dict[str, Any]:
+    """Issue 27's realistic path on one table: every phase in a fresh container, a signed webhook per pause.
+
+    Each phase builds its own stores and runtime (nothing cached from the one before: no turn head,
+    no config snapshot), as a cold Lambda would; the deployment's default webhook takes every event.
+    Phases: the message that pauses on ``issue_refund``; the resolve that approves it (its resume is
+    queued); that resume, delivered twice (Lambda's at-least-once), which pauses on ``send_email``.
+    Returns each phase's :class:`~bench.meter.Meter` report.
+    """
+    env = {
+        "LOOPENGINE_MODEL": "scripted",
+        "LOOPENGINE_DEFAULT_WEBHOOK_URL": webhook_url,
+        "LOOPENGINE_DEFAULT_WEBHOOK_SECRET": secret,
+    }
+    meter = Meter()
+    meter.attach(client)
+    queued = _Queued()
+
+    def container() -> Engine:
+        stores = open_dynamodb_stores(TABLE, SystemClock(), client=client)
+        return Engine(build_runtime(env, invoker=queued, stores=stores))
+
+    phases: dict[str, Any] = {}
+    container().send_message(AGENT, BROKEN)  # the agent's config snapshot stored: not a cold deploy's cost
+    while queued.turns:
+        queued.turns.pop()
+    meter.clear()
+    out = container().send_message(AGENT, BROKEN)
+    phases["message -> pause"] = meter.report()
+    assert out.status is TurnStatus.PAUSED
+    meter.clear()
+    container().resolve(out.pending[0].pending_id, "approve", WHO)
+    phases["resolve"] = meter.report()
+    meter.clear()
+    for turn_id in queued.turns * 2:  # delivered twice
+        container().resume(turn_id)
+    phases["resume delivered twice -> chained pause"] = meter.report()
+    assert container().outcome(out.turn_id).pending[0].tool == "send_email"
+    return phases

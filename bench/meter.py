@@ -183,8 +183,14 @@ class Meter:
             update = action["Update"]
             where = self._where(update["Key"])
             values = update.get("ExpressionAttributeValues", {})
-            after = _size(update["Key"]) + sum(_size({"": v}) for v in values.values())
+            names = update.get("ExpressionAttributeNames", {})
+            after = (
+                _size(update["Key"])
+                + sum(_size({"": v}) for v in values.values())
+                + sum(len(n.encode()) for n in names.values())
+            )  # (a counter item an ADD creates: its key, its attributes' names and values)
             units = 2 * _units(max(self.sizes.get(where, 0), after), WRITE_UNIT)
+            self.sizes[where] = max(self.sizes.get(where, 0), after)
             self.wru += units
             self.partition_wru[where[0]] += units
         elif "ConditionCheck" in action:

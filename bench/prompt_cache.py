@@ -34,7 +34,7 @@ from tests.harness import agent, make_harness  # noqa: E402
 from tests.token_meter import TokenMeter, billed_input, prompt_tokens  # noqa: E402
 
 from loopengine.authoring.tools import Tool  # noqa: E402
-from loopengine.domain.usage import PromptCache  # noqa: E402
+from loopengine.domain.tokens.usage import PromptCache  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "prompt_cache.json"
 SHOWN = (1, 12, 40)

@@ -5,12 +5,14 @@ A *cycle* is the common scenario (``bench.dynamodb_requests.run_flow``: message 
 phase's write units by partition key (``bench.meter.Meter.report()["partition_wru"]``; index
 partitions are prefixed with the index's name, ``gsi2:``). Partitions named after a turn,
 session, checkpoint or pending item are new in every cycle, so their load does not add up across
-cycles; the shared ones (the index partitions ``DUE#<n>``, ``OUTBOX#<n>``, ``OPEN#<tenant>#<n>``
-and the agent's ``CONFIG#<hash>``) take every cycle's writes. A shared partition whose key ends
-in ``#<n>`` is one of ``--shards`` shards (``LOOPENGINE_INDEX_SHARDS``, default 16) that share
-the load evenly (each record's shard is a hash of its id).
+cycles; the shared ones (the index partitions ``DUE#<n>``, ``OUTBOX#<n>``, ``OPEN#<tenant>#<n>``,
+the tenant's usage counters ``USAGE#<tenant>#<n>`` and the agent's ``CONFIG#<hash>``) take every
+cycle's writes. A shared partition whose key ends in ``#<n>`` is one of ``--shards`` shards
+(``LOOPENGINE_INDEX_SHARDS``, default 16; twice that for ``DUE`` and ``OUTBOX``, which only the
+sweep reads) that share the load evenly (each record's shard is a hash of its id).
 
     .venv/bin/python scripts/partition_rate.py                 # meter a cycle under moto, 1000/s
+    .venv/bin/python scripts/partition_rate.py --webhook       # ... with a webhook taking every event
     .venv/bin/python scripts/partition_rate.py --rate 250 --shards 4 --trace trace.json --json
 
 Compared with the on-demand limit of one partition: 1,000 write units a second.
@@ -27,14 +29,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loopengine.stores.dynamodb_index import shards_of
 from loopengine.stores.dynamodb_table import DEFAULT_SHARDS
 
 PARTITION_WRU = 1000
 """Write units a second one DynamoDB partition takes before it throttles."""
 SHARDS = DEFAULT_SHARDS
 """``LOOPENGINE_INDEX_SHARDS``'s default."""
-_SHARED = re.compile(r"^(gsi\d+:.*|CONFIG#.*)$")
-_INDEX = re.compile(r"^gsi\d+:")
+_SHARED = re.compile(r"^(gsi\d+:.*|CONFIG#.*|USAGE#.*)$")
+_INDEX = re.compile(r"^(gsi\d+:|USAGE#)")
 _SHARD = re.compile(r"^(?P<family>.+)#(?P<n>\d+)$")
 
 
@@ -75,20 +78,31 @@ def load(trace: dict[str, Any], rate: float, shards: int = SHARDS) -> list[Parti
         families[family] += units
     out = []
     for key, units in families.items():
-        spread = shards if key.endswith("#<n>") else 1
+        family = key.removeprefix("gsi2:").removesuffix("#<n>")
+        spread = shards_of(family, shards) if key.endswith("#<n>") else 1
         per_second = units * rate / spread if _SHARED.match(key) else units
         out.append(Partition(key, units, per_second, per_second / PARTITION_WRU))
     return sorted(out, key=lambda p: -p.wru_per_second)
 
 
-def metered_trace() -> dict[str, Any]:
-    """One steady-state cycle metered now on moto (the second: the first stores the config snapshot)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench.dynamodb_requests import metered_engine, run_flow
+def metered_trace(webhook: bool = False) -> dict[str, Any]:
+    """One steady-state cycle metered now on moto (the second: the first stores the config snapshot).
 
-    with metered_engine() as (engine, meter, invoker):
-        run_flow(engine, meter, invoker, None)
-        return run_flow(engine, meter, invoker, None)
+    ``webhook``: the deployment's default webhook (a local receiver) takes every event.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.dynamodb_requests import metered_stack, run_flow
+
+    from loopengine.channels.webhook.verify import WebhookReceiver
+
+    with WebhookReceiver("partition-rate") as receiver:
+        env = {
+            "LOOPENGINE_DEFAULT_WEBHOOK_URL": receiver.url,
+            "LOOPENGINE_DEFAULT_WEBHOOK_SECRET": "partition-rate",
+        }
+        with metered_stack(env=env if webhook else None) as (engine, meter, invoker, _client):
+            run_flow(engine, meter, invoker, None)
+            return run_flow(engine, meter, invoker, None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--trace", type=Path, help="a metered trace (JSON); default: meter one now")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--webhook", action="store_true", help="a webhook takes every event")
     args = parser.parse_args(argv)
-    trace = json.loads(args.trace.read_text()) if args.trace else metered_trace()
+    trace = json.loads(args.trace.read_text()) if args.trace else metered_trace(args.webhook)
     rows = load(trace, args.rate, args.shards)
     if args.json:
         print(json.dumps([asdict(r) for r in rows[:5]], indent=2))

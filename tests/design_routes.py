@@ -21,6 +21,8 @@ NO_DESIGN_MD = f"DESIGN.md is not at {DESIGN_MD} (it sits beside the repository 
 INBOX_ROUTES = frozenset({"POST /inbox/items/{pendingId}", "GET /inbox/static/{asset}"})
 """What DESIGN.md's ``GET /inbox`` page needs beside it (its form's post, its CSS and JS files): the
 template declares them with the page, DESIGN.md's table names only the page."""
+BILL_ROUTES = frozenset({"GET /usage"})
+"""Routes DESIGN.md names in "The model bill and long sessions" rather than in its route table."""
 DESIGN_ROUTES = frozenset(
     {
         "POST /agents/{agent}/messages",
@@ -40,6 +42,7 @@ DESIGN_ROUTES = frozenset(
         "GET /health",
         "GET /inbox",
         *INBOX_ROUTES,
+        *BILL_ROUTES,
     }
 )
 NOT_IN_TEMPLATE_YET: frozenset[str] = frozenset()

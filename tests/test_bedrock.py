@@ -21,8 +21,8 @@ from loopengine.bootstrap import ModelChooser, build_engine
 from loopengine.domain.base.errors import ConfigError, FatalModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
+from loopengine.domain.tokens.usage import Usage
 from loopengine.domain.turns import StopReason
-from loopengine.domain.usage import Usage
 from loopengine.http.functions import preload as preload
 from loopengine.models.anthropic import BEDROCK, AnthropicModel, bedrock_client
 from loopengine.models.scripted import ScriptedModel

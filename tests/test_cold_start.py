@@ -38,11 +38,12 @@ NOT_AT_IMPORT = (
     "loopengine.models.anthropic",
     "loopengine.local",
 )
-OURS_BUDGET = {"handlers.api": 105, "handlers.resume": 85, "handlers.schedule": 85}
+OURS_BUDGET = {"handlers.api": 112, "handlers.resume": 92, "handlers.schedule": 92}
 """At most this many of the project's own modules per handler import (85, 71, 71 when written; 107 for
-the api before its channel routes loaded their code on first use; 96 for the api once app/ was split
-into request/ and worker/ and domain/ gained base/: three package modules, and lifecycle's five parts;
-102 once the channels' routes moved into their channel packages: those packages' ``__init__``s)."""
+the api before its channel routes loaded their code on first use; 102 once app/ was split into
+request/ and worker/, domain/ gained base/ and the channels' routes moved into their packages (package
+modules); the model bill, issue 27, added about 7 to each handler: usage, metering, the context
+window, compaction, the /usage route, and the packages that hold them)."""
 OTHERS_BUDGET = 10
 """At most this many other modules beyond the floor (5 or 6 when written: difflib, gc, pieces of
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""
@@ -400,7 +401,7 @@ def test_the_workers_have_reserved_concurrency_the_api_cannot_take() -> None:
     template = _template()
     params, conditions = template["Parameters"], template["Conditions"]
     for name, param, default in (
-        ("ResumeFunction", "ResumeReservedConcurrency", 10),
+        ("ResumeFunction", "ResumeReservedConcurrency", 0),  # a ceiling too: off until sized (issue 27)
         ("ScheduleFunction", "ScheduleReservedConcurrency", 2),
     ):
         assert params[param]["Default"] == default and params[param]["MinValue"] == 0

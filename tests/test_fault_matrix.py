@@ -13,8 +13,11 @@ The matrix is printed (``pytest -s``) and written to ``docs/reliability.md``'s t
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import random
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -25,11 +28,13 @@ import pytest
 
 from loopengine.app import faults
 from loopengine.app.engine import Engine
-from loopengine.app.ports import Stores
+from loopengine.app.ports import ModelRequest, ModelResponse, Stores
 from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
+from loopengine.app.worker.compaction import SUMMARY_SYSTEM
 from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.messages import check_protocol
+from loopengine.domain.tokens.context_window import ContextPolicy
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.contract.conftest import make_dynamodb, make_sqlite
@@ -116,8 +121,12 @@ class Killer:
 
 
 def _big(args: dict[str, Any]) -> Any:
-    """A result of 1.5 KB no dictionary shrinks much: every DynamoDB head that holds it flushes its log."""
-    return {"args": args, "blob": random.Random(json.dumps(args)).randbytes(1100).hex()[:1500]}
+    """A result of 1.5 KB no dictionary shrinks much (stored once: in the batch's answer or checkpoint)."""
+    return {"args": args, "blob": _blob(json.dumps(args))}
+
+
+def _blob(seed: str) -> str:
+    return random.Random(seed).randbytes(1100).hex()[:1500]
 
 
 def _engine(
@@ -125,10 +134,11 @@ def _engine(
 ) -> tuple[Engine, LambdaAsync, RecordingNotifier, Any]:
     fn = _big if big else None
     cfg = agent("shop", [calls.tool(n, fn=fn) for n in ("lookup", "refund", "email")], RULES)
+    said = {k: _blob(k) if big else None for k in ("first", "second")}  # in each model_response event
     script = ScriptedModel.from_list(
         [
-            call(use("lookup", {"x": 1}, id="l1"), use("refund", {"x": 2}, id="r1")),
-            call(use("email", {"x": 3}, id="e1")),
+            call(use("lookup", {"x": 1}, id="l1", text=said["first"]), use("refund", {"x": 2}, id="r1")),
+            call(use("email", {"x": 3}, id="e1", text=said["second"])),
             say("done"),
         ]
     )
@@ -228,7 +238,8 @@ def test_a_crash_at_every_point_ends_at_rest_with_nothing_run_twice(
 def test_with_big_results_every_head_flushes_and_a_crash_still_ends_at_rest(
     tmp_path: Path, point: str, nth: int
 ) -> None:
-    """DynamoDB: 1.5 KB results move each turn head's log to ``LOG#`` items in the writes they ride in."""
+    """DynamoDB: 1.5 KB model texts (in the model_response events) move each turn head's log to ``LOG#``
+    items in the writes they ride in; the 1.5 KB results are stored once, with their batch."""
     clock = FakeClock()
     with make_dynamodb(tmp_path, clock) as stores:
         got = _run(stores, clock, Killer(point, nth), big=True)
@@ -280,3 +291,83 @@ def test_the_bound_uses_the_production_settings() -> None:
     template = (Path(__file__).resolve().parent.parent / "template.yaml").read_text()
     schedule = re.search(r"SweepSchedule:.*?Default: (rate\([^)]*\))", template, re.S)
     assert schedule is not None and schedule.group(1) == "rate(1 minute)"
+
+
+# --- a crash during a compaction ------------------------------------------------------------------
+
+COMPACTION_CRASHES = [("compaction_summarized", 1), ("compacted", 1), ("compaction_summarized", 2)]
+QUESTION = re.compile(r"^User: question (\d+)$", re.MULTILINE)
+
+
+def _compacting_engine(stores: Stores, calls: Calls) -> tuple[Engine, LambdaAsync, list[str]]:
+    """An agent whose small window fills every few turns: each turn looks something up and answers."""
+    summaries: list[str] = []
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        if request.system == SUMMARY_SYSTEM:  # the questions its transcript holds, beyond the last summary
+            (transcript,) = [m.text for m in request.messages]
+            covered = QUESTION.findall(transcript.split("Summary of what came before:")[-1])
+            summaries.append(" ".join(covered))
+            return say("covers questions " + " ".join(covered))
+        last = request.messages[-1]
+        if last.tool_results:
+            return say("answered")
+        n = last.text.rsplit(" ", 1)[-1]
+        return call(use("lookup", {"x": int(n)}, id=f"q{n}"))
+
+    cfg = dataclasses.replace(
+        agent("shop", [calls.tool("lookup", fn=lambda a: {"x": a["x"], "pad": "p" * 900})], RULES),
+        max_tokens=256,
+        context=ContextPolicy(window_tokens=4_000),
+    )
+    invoker = LambdaAsync()
+    rt = Runtime(
+        stores=stores,
+        agents=StaticAgents(cfg),
+        model_for=lambda _c: ScriptedModel(respond),
+        notifier_for=lambda _c: RecordingNotifier(),
+        invoker=invoker,
+        public_url="http://test.invalid",
+    )
+    return Engine(rt), invoker, summaries
+
+
+@pytest.mark.parametrize(
+    ("point", "nth"), COMPACTION_CRASHES, ids=[f"{p}#{n}" for p, n in COMPACTION_CRASHES]
+)
+def test_a_crash_during_a_compaction_loses_nothing_and_summarizes_nothing_twice(
+    store: tuple[str, Stores, FakeClock], point: str, nth: int
+) -> None:
+    _name, stores, clock = store
+    calls, killer = Calls(), Killer(point, nth)
+    engine, invoker, summaries = _compacting_engine(stores, calls)
+    turns = 16
+    with faults.inject(killer):
+        for n in range(1, turns + 1):
+            with contextlib.suppress(Crash):  # the process dies mid-compaction
+                engine.send_message("shop", f"question {n}", session_id="ses_compact")
+            for _ in range(5):  # a dead runner's turn: the sweep hands it on once its lease ran out
+                invoker.deliver(engine)
+                if all(t.status is TurnStatus.FINISHED for t in stores.turns.session_turns("ses_compact")):
+                    break
+                clock.advance(STEP)
+                engine.sweep()
+    assert killer.fired
+    finished = stores.turns.session_turns("ses_compact")
+    assert [t.stop_reason for t in finished] == [StopReason.END_TURN] * turns, "the session stays usable"
+    history = stores.sessions.load("ses_compact")
+    check_protocol(history)
+    assert len(history) == 4 * turns, "no message lost"
+    assert calls.count("lookup") == turns, "no call ran twice"
+    compactions = stores.sessions.compactions("ses_compact")
+    ups = [c.up_to for c in compactions]
+    assert len(ups) >= 2 and ups == sorted(set(ups)) and all(u % 4 == 0 for u in ups)
+    # each recorded summary covers the questions after the one before it, once
+    recorded = [c.summary.removeprefix("covers questions ").split() for c in compactions if c.summary]
+    assert len(recorded) == len(compactions)
+    covered = [q for summary in recorded for q in summary]
+    assert covered == [str(q) for q in range(1, ups[-1] // 4 + 1)], covered
+    if point == "compaction_summarized":  # the summary the crash lost was asked for again, once
+        assert len(summaries) == len(compactions) + 1
+    else:
+        assert len(summaries) == len(compactions)

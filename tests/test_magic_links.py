@@ -351,8 +351,13 @@ def token_for(engine: Engine, pending_id: str, recipient: str = REVIEWER, ttl: f
 
 
 def refund_runs(engine: Engine, turn_id: str) -> list[dict[str, Any]]:
+    """The refunds that ran: their call records, their results from the session (stored once, there)."""
+    turn = engine.turn(turn_id)
+    results = {
+        r.tool_use_id: r for m in engine.rt.stores.sessions.load(turn.session_key) for r in m.tool_results
+    }
     runs = [c for c in engine.rt.stores.turns.calls(turn_id).values() if c.tool == "issue_refund"]
-    out = [json.loads(c.result["content"]) for c in runs if c.result is not None]
+    out = [json.loads(results[c.tool_use_id].content) for c in runs if c.outcome == "ok"]
     return [r.get("result", r) if "reviewer_edited_args" in r else r for r in out]
 
 

@@ -16,7 +16,7 @@ from loopengine.app.ports import ModelClient, ModelRequest
 from loopengine.authoring.tools import ASK_USER_SPEC
 from loopengine.domain.base.errors import FatalModelError, ModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from loopengine.domain.usage import PromptCache, Usage
+from loopengine.domain.tokens.usage import PromptCache, Usage
 from loopengine.models.anthropic import AnthropicModel
 
 if TYPE_CHECKING:  # the SDK is imported where a test uses it: collecting this module stays cheap

@@ -7,7 +7,7 @@ import pytest
 from loopengine.app.ports import ModelClient, ModelRequest, ModelResponse
 from loopengine.domain.base.errors import FatalModelError
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from loopengine.domain.usage import Usage
+from loopengine.domain.tokens.usage import Usage
 from loopengine.models.scripted import ScriptedModel, call, derived_id, say, use
 
 SCRIPT = [

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from loopengine.domain.usage import PromptCache, Usage
+from loopengine.domain.tokens.usage import PromptCache, Usage
 from loopengine.models.anthropic import MAX_BREAKPOINTS, AnthropicModel
 from tests.anthropic_sse import StreamingMessagesApi
 from tests.harness import Harness, agent, make_harness

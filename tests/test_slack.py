@@ -454,7 +454,7 @@ def test_approve_resolves_and_the_turn_resumes(engine: Engine) -> None:
     assert not [c for c in engine.rt.stores.turns.calls(turn_id).values() if c.tool == "issue_refund"]
     engine.resume(engine.rt.invoker.invoked.pop())
     calls = engine.rt.stores.turns.calls(turn_id).values()
-    assert [c.tool for c in calls if c.tool == "issue_refund" and c.result] == ["issue_refund"]
+    assert [c.tool for c in calls if c.tool == "issue_refund" and c.outcome == "ok"] == ["issue_refund"]
     # AND the decision records the Slack user and channel, in the audit and the checkpoint
     [event] = decided(engine, turn_id)
     assert (event["decidedBy"], event["channel"], event["decision"]) == (f"slack:{ALICE}", "slack", "approve")

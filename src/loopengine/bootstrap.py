@@ -178,6 +178,7 @@ def build_runtime(
         handoff_grace=tuned.get("handoff_grace", Runtime.handoff_grace),
         model_retry_seconds=tuned.get("model_retry_seconds", Runtime.model_retry_seconds),
         max_waits=_positive_int(env, "LOOPENGINE_MAX_WAITS", Runtime.max_waits),
+        tenant_daily_tokens=_positive_int(env, "LOOPENGINE_TENANT_DAILY_TOKENS", 0) or None,
     )
 
 

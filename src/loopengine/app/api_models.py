@@ -122,6 +122,7 @@ StopReasonName = Literal[
     "expired",
     "error",
     "max_iterations",
+    "token_allowance",
 ]
 
 
@@ -228,6 +229,31 @@ ResolveOutcome = Resolution | TurnOutcome
 """What resolve / answer answer: the resolution, or with ``?wait`` the turn's outcome."""
 
 
+class UsageSum(Reply):
+    """Token usage summed over model calls (the Messages API's four counts) and how many calls."""
+
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cache_creation_input_tokens: int = Field(ge=0)
+    cache_read_input_tokens: int = Field(ge=0)
+    modelCalls: int = Field(ge=0)
+
+
+class DailyUsage(Reply):
+    """What one agent of one tenant used on one UTC day."""
+
+    tenant: str
+    agent: str
+    day: str = Field(description="YYYY-MM-DD, UTC")
+    usage: UsageSum
+
+
+class UsageList(Reply):
+    """``GET /usage``."""
+
+    items: list[DailyUsage]
+
+
 class TurnView(Reply):
     """``GET /turns/{turnId}``."""
 
@@ -242,6 +268,7 @@ class TurnView(Reply):
     retryAt: float | SkipJsonSchema[None] = omitted("retrying: when the next attempt is due (Unix seconds)")
     pendingItems: list[PendingItem]
     codeVersion: str | None
+    usage: UsageSum = Field(description="what the turn's model calls used, summed")
     audit: list[dict[str, Any]] = Field(description="the turn's audit events, oldest first")
 
 
@@ -262,11 +289,20 @@ class HistoryMessage(Reply):
     content: list[dict[str, Any]]
 
 
+class CompactionMarker(Reply):
+    """A compaction: messages before ``upTo`` are no longer sent to the model (the summary, if any, is)."""
+
+    upTo: int = Field(ge=1)
+    summary: str | SkipJsonSchema[None] = omitted("what stands in for them (strategy summarize)")
+
+
 class SessionView(Reply):
     """``GET /sessions/{sessionId}``."""
 
     sessionId: str
     messages: list[HistoryMessage]
+    compactions: list[CompactionMarker] = Field(description="the session's compactions, oldest first")
+    usage: UsageSum = Field(description="what the session's model calls used, summed")
 
 
 class TurnEvent(BaseModel):

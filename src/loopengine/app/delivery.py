@@ -21,6 +21,7 @@ from loopengine.authoring.targets import DEFAULT_KEY, NotifierTarget
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import outbox
 from loopengine.domain.base.ids import new_id
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.notifications import ApprovalEvent, NotificationEvent, QuestionEvent
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.turns import TurnRecord
@@ -115,6 +116,9 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = F
             if after.state == "failed":
                 rt.event(record.turn_id, "notification_gave_up", **detail)
             continue
+        if record.attempts == 0:  # its first try: the state and its event in one write
+            _store(rt, outbox.delivered(record), rt.stamp("notified", **tag, channel=where))
+            continue
         _store(rt, outbox.delivered(record))
         rt.event(record.turn_id, "notified", **tag, channel=where)
 
@@ -138,8 +142,11 @@ def _decided(rt: Runtime, record: OutboxRecord) -> bool:
     return cp is None or cp.closed or pending_id not in cp.outstanding
 
 
-def _store(rt: Runtime, record: OutboxRecord) -> None:
+def _store(rt: Runtime, record: OutboxRecord, event: JsonDict | None = None) -> None:
+    """Store ``record``'s state (and ``event``, in the same write; the observer hears of it once landed)."""
     try:
-        rt.stores.turns.put_outbox(record)
+        rt.stores.turns.put_outbox(record, () if event is None else (event,))
     except Exception:  # the record stays due: the sweep sends it again (at least once)
         return
+    if event is not None and rt.observer is not None:
+        rt.observer(str(event["type"]), {"turnId": record.turn_id, **event})

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
-from loopengine.app import outcome, turn_events, views
+from loopengine.app import outcome, turn_events, usage, views
 from loopengine.app.follow import follow as follow_turn
 from loopengine.app.outcome import TurnOutcome
 from loopengine.app.ports import Change
@@ -36,6 +36,8 @@ from loopengine.domain.decisions import HumanVerdict
 from loopengine.domain.idempotency import claim
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
+from loopengine.domain.tokens.context_window import Compaction
+from loopengine.domain.tokens.metering import DailyUsage, Metered
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 ApprovalScope = Literal["turn"]
@@ -284,6 +286,23 @@ class Engine:
         if not messages:
             raise NotFound(f"no session {session_id!r}")
         return messages
+
+    def session_bill(
+        self, session_id: str, who: Decider | None = None, tenant: str | None = None
+    ) -> tuple[list[Compaction], Metered]:
+        """A session's compaction markers and what its model calls used (scoped as :meth:`history`)."""
+        scope = sessions.tenant_for(who or Decider("system", "read", kind=OPERATOR), tenant)
+        return usage.session_bill(self.rt.stores, session_key(scope, session_id))
+
+    def usage(
+        self,
+        tenant: str | None = None,
+        agent: str | None = None,
+        day: str | None = None,
+        who: Decider | None = None,
+    ) -> list[DailyUsage]:
+        """Per tenant, agent and UTC day, within the tenants ``who`` sees: see :func:`usage.daily`."""
+        return usage.daily(self.rt.stores, who, tenant, agent, day)
 
     def wait(self, turn_id: str, seconds: float, who: Decider | None = None) -> TurnOutcome:
         """Wait up to ``seconds`` while the turn is working (a pause or the finish ends it): its outcome.

@@ -11,6 +11,8 @@ Production code calls :func:`point` at each step boundary where a process could 
     claimed            after a worker claimed a turn, before it advances it
     results_appended   after a batch's tool_result message was appended
     notify             during a notification send
+    compaction_summarized  after a compaction's summary call, before its write
+    compacted          after a compaction's write, before the model call it made room for
 
 With no injector installed, :func:`point` is one global read. A test installs one with
 :func:`inject`; it is called with the point's name and may raise (a ``BaseException`` that the
@@ -32,6 +34,8 @@ POINTS = (
     "claimed",
     "results_appended",
     "notify",
+    "compaction_summarized",
+    "compacted",
 )
 
 _injector: Callable[[str], None] | None = None

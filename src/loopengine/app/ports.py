@@ -10,7 +10,7 @@ record, so the caller needs no second read. Creates raise
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from loopengine.domain.base.clock import Clock
@@ -19,8 +19,10 @@ from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.tokens.context_window import Compaction, History
+from loopengine.domain.tokens.metering import DailyUsage, Tally
+from loopengine.domain.tokens.usage import Usage
 from loopengine.domain.turns import CallRecord, TurnRecord
-from loopengine.domain.usage import Usage
 
 
 class CheckpointStore(Protocol):
@@ -49,6 +51,15 @@ class CheckpointStore(Protocol):
         """Compare-and-set on ``cp.version``; returns the stored record (version + 1)."""
         ...
 
+    def get_with_config(
+        self, checkpoint_id: str, config_hash: str | None
+    ) -> tuple[TurnCheckpoint | None, JsonDict | None]:
+        """:meth:`get` and, when ``config_hash`` is given, that config snapshot, read together.
+
+        One round trip where the store can: a resume in a fresh process needs both.
+        """
+        ...
+
     def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
         """Checkpoints of ``tenant`` that still have something to decide, oldest first.
 
@@ -68,6 +79,17 @@ class SessionStore(Protocol):
         """Append iff the history has exactly ``expected_len`` messages (else VersionConflict)."""
         ...
 
+    def load_since_compaction(self, session_id: str) -> History:
+        """The history from its latest compaction on (what a step reads; all of it if never compacted).
+
+        What it reads is bounded by what was sent since that compaction, not by the session's age.
+        """
+        ...
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """Every compaction of the session, oldest first."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Append:
@@ -76,6 +98,14 @@ class Append:
     session_id: str
     messages: tuple[Message, ...]
     expected_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """A compaction of a session (a :class:`~loopengine.domain.tokens.context_window.Compaction` record)."""
+
+    session_id: str
+    compaction: Compaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +138,29 @@ class Change:
     """Outcomes of calls this writer claimed and ran (whole records, written as given): a call's
     outcome lands with the transition that hands its result on (the results message, the checkpoint
     of a pause, the finish), never in a write of its own."""
+    compact: Compact | None = None
+    """A compaction of the turn's session: stored as the session's latest (and among its markers)."""
+    config: tuple[str, JsonDict] | None = None
+    """The config snapshot (hash, snapshot) a new turn runs under: stored with it, unless the store
+    knows it is stored (snapshots never change), so a turn's start sends no write of its own for it."""
+
+    def calls_to_store(self) -> tuple[CallRecord, ...]:
+        """``calls`` as a store records them: a tool result stored once.
+
+        A call whose result this change also stores, as it is, in the messages it appends (the batch's
+        answer) or in the checkpoint it creates (``resultsSoFar``) is recorded without it: its
+        outcome, tool and times stay, its ``result`` is ``None`` (read it from the session, or the
+        checkpoint). Nothing reads a call's result once its batch is answered or parked.
+        """
+        held = [b.to_dict() for m in (self.append.messages if self.append else ()) for b in m.tool_results]
+        if self.new_checkpoint is not None:
+            held += [r.to_dict() for r in self.new_checkpoint.results_so_far]
+        return tuple(
+            replace(c, result=None) if c.result is not None and c.result in held else c for c in self.calls
+        )
+
+    tally: Tally | None = None
+    """Usage to add to a tenant's daily counter (a pause's or finish's; see :mod:`~loopengine.app.usage`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +241,13 @@ class TurnStore(Protocol):
         """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
         ...
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state (create or overwrite)."""
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state (create or overwrite), with ``events`` in the same write.
+
+        ``events`` (audit events of the record's turn) are for the record's last write, its first
+        delivery: a store may keep them with the record (one request, not two), and a later put of
+        the same record may drop them.
+        """
         ...
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
@@ -209,7 +267,15 @@ class TurnStore(Protocol):
         ...
 
     def calls(self, turn_id: str) -> dict[str, CallRecord]:
-        """The turn's call records by toolUseId."""
+        """The turn's call records by toolUseId.
+
+        A finished call's ``result`` is ``None`` where its batch's answer or checkpoint holds it
+        (:meth:`Change.calls_to_store`).
+        """
+        ...
+
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents (or ``agent`` alone) used on the UTC ``day``, by agent name."""
         ...
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:

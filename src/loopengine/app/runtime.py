@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from loopengine.app.ports import Change, Committed, ModelClient, Notifier, ResumeInvoker, Stores
+from loopengine.app.usage import settle
 from loopengine.authoring.agent import AgentConfig, from_snapshot
 from loopengine.authoring.mcp import McpConnector
 from loopengine.authoring.tools import ToolFn
@@ -55,6 +56,8 @@ class Runtime:
     max_model_failures: int = 5
     max_waits: int = 8
     """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/request/waits.py)."""
+    tenant_daily_tokens: int | None = None
+    """A tenant's tokens per UTC day (LOOPENGINE_TENANT_DAILY_TOKENS, app/usage.py); None: no limit."""
     observer: Callable[[str, JsonDict], None] | None = None
     code_version: str | None = None
     mcp: McpConnector | None = None
@@ -77,6 +80,15 @@ class Runtime:
                 raise NotFound(f"config snapshot {config_hash} of agent {agent!r} is missing")
             self._configs[key] = from_snapshot(snapshot, self.agents.code(agent), self.mcp)
         return self._configs[key]
+
+    def knows_config(self, agent: str, config_hash: str) -> bool:
+        """Whether this process holds that config (it need not be read)."""
+        return (agent, config_hash) in self._configs
+
+    def remember_config(self, agent: str, config_hash: str, snapshot: JsonDict) -> None:
+        """Keep a config snapshot read or written elsewhere (its store write rides in a change)."""
+        if (agent, config_hash) not in self._configs:
+            self._configs[(agent, config_hash)] = from_snapshot(snapshot, self.agents.code(agent), self.mcp)
 
     def keep_config(self, agent: str, config_hash: str, snapshot: JsonDict) -> None:
         """Store a turn's config snapshot (once per process) and keep it, so the turn need not read it."""
@@ -115,6 +127,7 @@ class Runtime:
             change = decide(turn, cp)
             if change is None:
                 return None
+            change = settle(change, self.stores.clock.now())  # a pause or finish counts the turn's usage
             try:
                 done = self.stores.turns.commit(change)
             except VersionConflict as conflict:

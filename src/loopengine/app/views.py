@@ -7,6 +7,8 @@ from loopengine.app.request.resolution import Resolution
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.messages import Message
+from loopengine.domain.tokens.context_window import Compaction
+from loopengine.domain.tokens.metering import DailyUsage, Metered
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
@@ -72,6 +74,7 @@ def turn_view(turn: TurnRecord, out: TurnOutcome, audit: list[JsonDict]) -> Json
         "stopReason": turn.stop_reason.value if turn.stop_reason else None,
         "pendingItems": [pending_item(p) for p in out.pending],
         "codeVersion": turn.code_version,
+        "usage": turn.metered.as_json(),
         "audit": audit,
     }
     if turn.text is not None:
@@ -104,9 +107,21 @@ def cancelled(turn: TurnRecord) -> tuple[int, JsonDict]:
     return 202, body
 
 
-def session_view(session_id: str, messages: list[Message]) -> JsonDict:
-    """Body of ``GET /sessions/{sessionId}``."""
-    return {"sessionId": session_id, "messages": [m.to_dict() for m in messages]}
+def session_view(
+    session_id: str, messages: list[Message], compactions: list[Compaction], usage: Metered
+) -> JsonDict:
+    """Body of ``GET /sessions/{sessionId}``: every message, the compaction markers, the usage."""
+    return {
+        "sessionId": session_id,
+        "messages": [m.to_dict() for m in messages],
+        "compactions": [c.to_dict() for c in compactions],
+        "usage": usage.as_json(),
+    }
+
+
+def usage_list(days: list[DailyUsage]) -> JsonDict:
+    """Body of ``GET /usage``."""
+    return {"items": [d.to_dict() for d in days]}
 
 
 def turn_events(events: list[JsonDict], cursor: int, finished: bool) -> JsonDict:

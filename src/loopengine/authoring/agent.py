@@ -28,7 +28,8 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.gate import RuleSet
 from loopengine.domain.policy import Expiry, ModelRetry
 from loopengine.domain.rules import RulesFile
-from loopengine.domain.usage import DEFAULT_PROMPT_CACHE, PromptCache
+from loopengine.domain.tokens.context_window import ContextPolicy
+from loopengine.domain.tokens.usage import DEFAULT_PROMPT_CACHE, PromptCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class AgentConfig:
     """``prompt_cache:``: cache breakpoints on the prompt (default: on, 5 minutes)."""
     provider: str | None = None
     """``provider:`` ``anthropic`` or ``bedrock``; None: the deployment's (``LOOPENGINE_MODEL_PROVIDER``)."""
+    context: ContextPolicy | None = None
+    """``context:`` (window, threshold, strategy); None: the defaults of ``ContextPolicy``."""
 
     def targets(self) -> tuple[NotifierTarget, ...]:
         """Where this config's notifications go: ``t0``, ``t1``, ... (one, the default, if it names none)."""
@@ -123,6 +126,7 @@ class AgentConfig:
                 else {}
             ),
             **({"provider": self.provider} if self.provider is not None else {}),
+            **({"context": self.context.to_dict()} if self.context else {}),
         }
 
     def _entry(self, tool: Tool) -> JsonDict:
@@ -188,6 +192,7 @@ def from_snapshot(
         if snapshot.get("prompt_cache")
         else DEFAULT_PROMPT_CACHE,
         provider=snapshot.get("provider"),
+        context=ContextPolicy.from_dict(snapshot["context"]) if snapshot.get("context") else None,
     )
 
 
@@ -229,4 +234,5 @@ def build_config(
         model_retry=ModelRetry(r.attempts, r.first_wait, r.max_wait) if (r := agent.model_retry) else None,
         prompt_cache=PromptCache(c.enabled, c.ttl) if (c := agent.prompt_cache) else DEFAULT_PROMPT_CACHE,
         provider=agent.provider,
+        context=ContextPolicy(w.window_tokens, w.compact_at, w.strategy) if (w := agent.context) else None,
     )

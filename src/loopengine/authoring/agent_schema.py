@@ -86,6 +86,14 @@ class PromptCacheModel(Strict):
     ttl: Literal["5m", "1h"] = "5m"
 
 
+class ContextModel(Strict):
+    """``context:`` how a long session stays within the model's window (docs/agents.md)."""
+
+    window_tokens: Annotated[int, Field(ge=1_000, le=10_000_000)] = 200_000
+    compact_at: Annotated[float, Field(gt=0.1, le=0.95)] = 0.8
+    strategy: Literal["summarize", "trim"] = "summarize"
+
+
 class AgentFile(Strict):
     """``agent.yaml``."""
 
@@ -106,11 +114,21 @@ class AgentFile(Strict):
     model_retry: ModelRetryModel | None = None
     prompt_cache: PromptCacheModel | None = None
     provider: Literal["anthropic", "bedrock"] | None = None
+    context: ContextModel | None = None
 
     @model_validator(mode="after")
     def _expiry_needs_ttl(self) -> Self:
         if self.on_expiry is not None and self.pending_ttl is None:
             raise ValueError("on_expiry needs a pending_ttl")
+        return self
+
+    @model_validator(mode="after")
+    def _window_holds_an_answer(self) -> Self:
+        if self.context is not None and self.context.window_tokens < 4 * self.max_tokens:
+            raise ValueError(
+                f"context.window_tokens ({self.context.window_tokens}) must be at least 4 times max_tokens "
+                f"({self.max_tokens}): the window holds the conversation and the answer"
+            )
         return self
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from loopengine.domain.base.ids import session_key
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.tokens.metering import Metered
 
 
 class TurnStatus(StrEnum):
@@ -41,6 +42,7 @@ class StopReason(StrEnum):
     SUPERSEDED = "superseded"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    TOKEN_ALLOWANCE = "token_allowance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,8 @@ class TurnRecord:
     in a row. ``live``: the message came on the live channel (``"live": true``), so a pause's
     notifications wait the agent's ``live_wait`` for an inline decision first. ``queued_behind``:
     a message is queued behind this turn, so its finish starts the next one (else no read for it).
+    ``metered``: what the turn's model calls used; ``counted``: how much of it the tenant's daily
+    counters hold (a pause or finish adds the rest, :mod:`loopengine.domain.tokens.metering`).
     """
 
     turn_id: str
@@ -86,6 +90,8 @@ class TurnRecord:
     live: bool = False
     queued_behind: bool = False
     scoped_session: bool = False
+    metered: Metered = field(default_factory=Metered)
+    counted: Metered = field(default_factory=Metered)
     version: int = 0
 
     @property
@@ -119,6 +125,8 @@ class TurnRecord:
             "dueAt": self.due_at,
             "modelFailures": self.model_failures,
             "live": self.live,
+            "usage": self.metered.packed() if self.metered else None,
+            "counted": self.counted.packed() if self.counted else None,
         }
         return {
             "turnId": self.turn_id,
@@ -163,6 +171,8 @@ class TurnRecord:
             live=bool(d.get("live", False)),
             queued_behind=bool(d.get("queuedBehind", False)),
             scoped_session=bool(d.get("scopedSession", False)),
+            metered=Metered.unpacked(d.get("usage")),
+            counted=Metered.unpacked(d.get("counted")),
             version=int(d.get("version", 0)),
         )
 

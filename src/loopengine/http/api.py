@@ -20,6 +20,7 @@ from loopengine.channels.slack.routes import router as slack_router
 from loopengine.domain.base.errors import LoopengineError
 from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
 from loopengine.http.observability import flush, logger
+from loopengine.http.routes_usage import router as usage_router
 
 # deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
 app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
@@ -31,6 +32,7 @@ for router in (
     slack_router,
     lark_router,
     routes_inbox.router,
+    usage_router,
 ):
     app.include_router(router)
 

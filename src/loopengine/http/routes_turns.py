@@ -52,7 +52,9 @@ Prefer = Annotated[
 @router.post(
     "/agents/<agent>/messages",
     summary="Send a message: run a turn until it finishes, pauses for a human, or runs out of budget",
-    responses=answers({200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 503),
+    responses=answers(
+        {200: m.Finished, 202: m.Paused | m.Working}, 400, 403, 404, 409, 413, 415, 422, 429, 503
+    ),
 )
 def post_message(
     agent: Agent,
@@ -114,7 +116,7 @@ def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Resp
 
 @router.get(
     "/sessions/<sessionId>",
-    summary="A session's durable history (session ids are scoped by tenant)",
+    summary="A session's durable history, its compactions and usage (session ids are scoped by tenant)",
     responses=answers({200: m.SessionView}, 400, 403, 404),
 )
 def get_session(
@@ -127,5 +129,7 @@ def get_session(
         ),
     ] = None,
 ) -> Response[m.SessionView]:
-    history = root.engine().history(session_id, auth.current(router), tenant)
-    return web.reply(200, views.session_view(session_id, history))
+    who, engine = auth.current(router), root.engine()
+    history = engine.history(session_id, who, tenant)
+    compactions, usage = engine.session_bill(session_id, who, tenant)
+    return web.reply(200, views.session_view(session_id, history, compactions, usage))

@@ -19,6 +19,7 @@ from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from loopengine.app.request.waits import TooManyWaits
+from loopengine.app.usage import TokenAllowanceExceeded
 from loopengine.domain.base import errors, jsonsafe
 from loopengine.domain.base.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 from loopengine.domain.idempotency import IdempotencyMismatch
@@ -64,7 +65,7 @@ def error_reply(exc: Exception) -> Response[Any]:
     """Map any library error to DESIGN.md's JSON error; never a stack trace."""
     if isinstance(exc, HttpError):
         return reply(exc.status, {"error": exc.code, "message": str(exc)})
-    if isinstance(exc, TooManyWaits):
+    if isinstance(exc, TooManyWaits | TokenAllowanceExceeded):
         answer = reply(429, {"error": exc.code, "message": str(exc)})
         answer.headers["Retry-After"] = str(exc.retry_after)
         return answer

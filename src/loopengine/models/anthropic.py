@@ -40,8 +40,8 @@ like the API's (``validationException`` is not worth retrying; the others are).
 
 so each model call of a turn (and the first of the next turn) reads the previous call's prompt from
 the cache and writes only what was added since. ``ttl: 1h`` marks every breakpoint
-``{"type": "ephemeral", "ttl": "1h"}``. The response's ``usage`` (:class:`~loopengine.domain.usage.Usage`)
-says what was written and read.
+``{"type": "ephemeral", "ttl": "1h"}``. The response's ``usage``
+(:class:`~loopengine.domain.tokens.usage.Usage`) says what was written and read.
 
 A request with ``on_text`` streams (``client.messages.stream``): each text delta goes to it as it
 arrives, a newline before every text block after the first, and the final message the SDK assembles
@@ -64,7 +64,7 @@ from loopengine.app.ports import ModelRequest, ModelResponse, TextSink
 from loopengine.domain.base.errors import ConfigError, FatalModelError, RetryableModelError
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
-from loopengine.domain.usage import DEFAULT_PROMPT_CACHE, PromptCache, Usage
+from loopengine.domain.tokens.usage import DEFAULT_PROMPT_CACHE, PromptCache, Usage
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AnthropicBedrock, AnthropicError, APIStatusError

@@ -39,7 +39,7 @@ from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.domain.base.errors import FatalModelError
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.messages import Block, TextBlock, ToolUseBlock
-from loopengine.domain.usage import Usage
+from loopengine.domain.tokens.usage import Usage
 
 Responder = Callable[[ModelRequest], ModelResponse]
 """Computes the model's answer to one request."""

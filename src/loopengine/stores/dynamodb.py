@@ -38,7 +38,9 @@ from loopengine.domain.base.errors import AlreadyExists, StoreError
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.tokens.metering import DailyUsage
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
 from loopengine.stores.dynamodb_codec import key, n, unsortable
 from loopengine.stores.dynamodb_commit import DynamoCommits
@@ -52,7 +54,7 @@ from loopengine.stores.dynamodb_heads import (
     merge_events,
 )
 from loopengine.stores.dynamodb_index import read as read_index
-from loopengine.stores.dynamodb_items import DynamoStore
+from loopengine.stores.dynamodb_items import OUTBOX_EVENTS, DynamoStore
 from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -192,9 +194,9 @@ class DynamoTurnStore(DynamoCommits):
         found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
         return [r for r in found if r.due_at is not None and r.due_at <= now]
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state (one PutItem)."""
-        self.table.put(self._outbox_item(record))
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state, ``events`` kept in its item (one PutItem)."""
+        self.table.put(self._outbox_item(record, events))
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event in one PutItem of its own item, ordered by its time.
@@ -227,6 +229,8 @@ class DynamoTurnStore(DynamoCommits):
                 groups.append(_event_group(sk, self.table.decode(item)))
             elif sk.startswith("CALL#"):
                 calls.append(CallRecord.from_dict(self.table.decode(item)))
+            elif sk.startswith("OUTBOX#") and (kept := self.table.decode(item).get(OUTBOX_EVENTS)):
+                groups.append(EventGroup.from_dict(kept))  # a delivery's audit event, kept with it
         if head is not None and head.log is not None:
             groups += head.log.groups
             calls += head.log.calls
@@ -287,6 +291,10 @@ class DynamoTurnStore(DynamoCommits):
         """The turn's call records by toolUseId (an outcome over its claim), in the order they started."""
         _, calls = self._logs(turn_id)
         return merge_calls(calls)
+
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents used on ``day``: its counter shards added up (:mod:`~.dynamodb_bill`)."""
+        return bill.daily_usage(self.table, tenant, day, agent)
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a snapshot under its hash; a second put of the same hash changes nothing.

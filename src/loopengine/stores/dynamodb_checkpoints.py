@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from loopengine.domain.base.errors import AlreadyExists
+from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.turns import TurnRecord
 from loopengine.stores.dynamodb_codec import key, s
@@ -60,6 +61,20 @@ class DynamoCheckpointStore(DynamoStore):
         cp = TurnCheckpoint.from_dict(self.table.decode(found[f"CP#{cp_id}"]))
         turn = found.get(f"TURN#{turn_id}")
         return cp, None if turn is None else self._turn_of(turn)
+
+    def get_with_config(
+        self, checkpoint_id: str, config_hash: str | None
+    ) -> tuple[TurnCheckpoint | None, JsonDict | None]:
+        """The checkpoint and, if asked, the config snapshot: one BatchGetItem (consistent)."""
+        if config_hash is None:
+            return self.get(checkpoint_id), None
+        wanted = [key(f"CP#{checkpoint_id}", "CP"), key(f"CONFIG#{config_hash}", "CONFIG")]
+        found = {i["pk"]["S"]: i for i in self.table.batch_get(wanted)}
+        cp, config = found.get(f"CP#{checkpoint_id}"), found.get(f"CONFIG#{config_hash}")
+        return (
+            None if cp is None else TurnCheckpoint.from_dict(self.table.decode(cp)),
+            None if config is None else dict(self.table.decode(config)),
+        )
 
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""

@@ -20,6 +20,7 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.turns import TurnRecord, TurnStatus
+from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_codec import n
 from loopengine.stores.dynamodb_heads import EventGroup, Head, TurnLog, claim_digest
 from loopengine.stores.dynamodb_items import Action, DynamoStore, append_conflict
@@ -79,6 +80,9 @@ class _ClaimsMoved(Exception):
 class DynamoCommits(DynamoStore):
     """How the turn store commits a transition (see the module)."""
 
+    _configs: set[str]
+    """Config hashes known stored (snapshots never change): a start stores its config only otherwise."""
+
     def commit(self, change: Change) -> Committed:
         """One write for the whole transition (see :class:`~loopengine.app.ports.Change`).
 
@@ -102,6 +106,8 @@ class DynamoCommits(DynamoStore):
                     continue
             if plan.stored is not None:
                 self.heads.remember(plan.stored)
+            if change.config is not None:
+                self._configs.add(change.config[0])
             return Committed(turn, cp)
         raise StoreError(f"turn {change.turn_id}: its claims kept changing")
 
@@ -114,7 +120,7 @@ class DynamoCommits(DynamoStore):
         if change.new_turn is not None:
             turn = change.new_turn
             plan.claims = frozenset(claim_digest(c.tool_use_id) for c in change.claims)
-            log = TurnLog().add(self._group(change), (*change.claims, *change.calls))
+            log = TurnLog().add(self._group(change), (*change.claims, *change.calls_to_store()))
             actions, plan.stored = self._create_turn_actions(turn, log, plan.claims)
             plan.add(actions)
             logged = True
@@ -130,7 +136,7 @@ class DynamoCommits(DynamoStore):
                 plan.claims = frozenset(claim_digest(c.tool_use_id) for c in change.claims)
                 if plan.claims & head.claimed:
                     raise AlreadyExists(f"turn {change.turn_id}: a call to claim was claimed before")
-                log = head.log.add(self._group(change), (*change.claims, *change.calls))
+                log = head.log.add(self._group(change), (*change.claims, *change.calls_to_store()))
                 claimed = head.claimed | plan.claims
                 condition = _head_condition(change.turn.version, head.claimed)
                 actions, plan.stored = self._head_actions(Head(turn, log, claimed), condition)
@@ -157,11 +163,32 @@ class DynamoCommits(DynamoStore):
             plan.add([self.table.put_action(self._outbox_item(record), ABSENT)])
         if change.idempotency is not None:
             plan.add([self._key_action(change.idempotency)])
+        plan.add(self._bill_actions(change))
         if not logged:
             plan.add([self.table.put_action(self._call_item(c), ABSENT) for c in change.claims])
-            outcomes = [self._call_item(c) for c in change.calls]
+            outcomes = [self._call_item(c) for c in change.calls_to_store()]
             plan.add([{"Put": {"TableName": self.table.name, "Item": item}} for item in outcomes])
         return plan, turn, cp
+
+    def _bill_actions(self, change: Change) -> list[Action]:
+        """What rides in a transition for the bill and the session.
+
+        A config snapshot not known stored, a compaction's items (a retried write stores the same
+        again), a usage counter's ``ADD``.
+        """
+        actions: list[Action] = []
+        if change.config is not None and change.config[0] not in self._configs:
+            item = self._item(f"CONFIG#{change.config[0]}", "CONFIG", change.config[1])
+            actions.append(
+                {"Put": {"TableName": self.table.name, "Item": item}}
+            )  # same content: no condition
+        if change.compact is not None:
+            body = change.compact.compaction.to_dict()
+            items = [self._item(pk, sk, body) for pk, sk in bill.compact_keys(change.compact)]
+            actions += [{"Put": {"TableName": self.table.name, "Item": item}} for item in items]
+        if change.tally is not None:
+            actions.append(bill.tally_action(self.table, change.tally))
+        return actions
 
     def _group(self, change: Change) -> EventGroup | None:
         return EventGroup.of(change.events, self.clock.now()) if change.events else None

@@ -6,7 +6,9 @@ one item of the turn's partition, under a KB:
 
 - **head** (``TURN#<tid>`` / ``TURN``): the body is the turn's JSON plus ``log``: the audit events
   (one group per transition) and the call records (claims and outcomes) written since the last
-  flush. ``claimed`` (a binary set) holds a digest of every call ever claimed on the turn: a
+  flush; an outcome whose result its transition stores in the batch's answer or checkpoint is
+  logged without it (``Change.calls_to_store``: a tool result is stored once). ``claimed`` (a
+  binary set) holds a digest of every call ever claimed on the turn: a
   claim's write carries ``NOT contains(claimed, <digest>)``, so a call is claimed at most once
   (standalone claims add to the set too; see ``DynamoTurnStore.start_call``).
 - **flushed log** (``TURN#<tid>`` / ``LOG#<version:012d>``): when a transition would take the head

@@ -33,16 +33,28 @@ from loopengine.stores.dynamodb_codec import Item, key, s, shard_of, sortable
 from loopengine.stores.dynamodb_table import DynamoTable
 
 PARTITION, SORT = "gsi1pk", "gsi1sk"
+SWEPT = frozenset({"DUE", "OUTBOX"})
+"""The families only the sweep reads (once a pass): spread over :data:`SWEPT_FACTOR` times the shards."""
+SWEPT_FACTOR = 2
+"""Every notification puts its entry and drops it at delivery, every turn its due times: with a notifier
+taking every event, ``OUTBOX`` takes the most index writes per cycle (12). More shards cost a sweep a
+few more Queries a minute; ``OPEN#<tenant>``, which the pending list reads per request, keeps ``shards``."""
+
+
+def shards_of(family: str, shards: int) -> int:
+    """How many partitions ``family`` is spread over when the table's count is ``shards``."""
+    return shards * SWEPT_FACTOR if family in SWEPT else shards
 
 
 def entry(family: str, record_id: str, at: float, shards: int) -> Item:
     """The index keys that list ``record_id`` under ``family`` at time ``at``."""
-    return {PARTITION: s(f"{family}#{shard_of(record_id, shards)}"), SORT: s(f"{sortable(at)}#{record_id}")}
+    shard = shard_of(record_id, shards_of(family, shards))
+    return {PARTITION: s(f"{family}#{shard}"), SORT: s(f"{sortable(at)}#{record_id}")}
 
 
 def partitions(family: str, shards: int) -> list[str]:
     """Every partition a reader of ``family`` reads: its shards, then the unsharded key of old."""
-    return [*(f"{family}#{n}" for n in range(shards)), family]
+    return [*(f"{family}#{n}" for n in range(shards_of(family, shards))), family]
 
 
 def read(

@@ -35,13 +35,18 @@ audit events     ``TURN#<tid>``     ``EVENT#<t at>#<n>#<r>``      body (an event
                                                                   events written on their own
 tool call        ``TURN#<tid>``     ``CALL#<toolUseId>``          body, ttl: a call claimed or
                                                                   finished on its own
-notification     ``TURN#<tid>``     ``OUTBOX#<key>``              body; while undelivered: gsi1pk
-                                                                  ``OUTBOX#<n>``, gsi1sk
+notification     ``TURN#<tid>``     ``OUTBOX#<key>``              body (with its first delivery's
+                                                                  audit event); while undelivered:
+                                                                  gsi1pk ``OUTBOX#<n>``, gsi1sk
                                                                   ``<t dueAt>#<key>`` (one per
                                                                   target; key: ``<eventId>#<t>``)
-config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body
+config snapshot  ``CONFIG#<hash>``  ``CONFIG``                    body (put in the transaction that
+                                                                  creates a turn, by a process that
+                                                                  does not know it stored)
 blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, <= 300 KB)
 ===============  =================  ============================  ===============================
+
+Usage counters and compactions: :mod:`~loopengine.stores.dynamodb_bill`.
 
 A transition's events, claims and outcomes ride in the turn's head, flushed to a ``LOG#`` item
 when the head would pass a KB (:mod:`~loopengine.stores.dynamodb_heads`); turns created before
@@ -96,6 +101,8 @@ from loopengine.stores.dynamodb_table import (
     version_is,
 )
 
+OUTBOX_EVENTS = "auditEvents"
+"""Where a notification's item keeps the audit events of its delivery (read with the turn's events)."""
 MAX_APPEND = TRANSACTION_ITEMS - 11
 """Messages one append may store (each is an item of the append's transaction, beside the turn's)."""
 
@@ -246,13 +253,16 @@ class DynamoStore:
         sk = f"EVENT#{sortable(group.stamp)}#{group.counter:012d}#{secrets.token_hex(3)}"
         return self._item(f"TURN#{turn_id}", sk, event, self._ttl())
 
-    def _outbox_item(self, record: OutboxRecord) -> Item:
+    def _outbox_item(self, record: OutboxRecord, events: Sequence[JsonDict] = ()) -> Item:
         listed: Item = {}
         if record.due_at is not None:
             listed = index.entry("OUTBOX", record.key, record.due_at, self.table.shards)
         ttl = self._ttl() if record.due_at is None else {}
         sk = f"OUTBOX#{record.key}"  # eventId#target: one item per target
-        return self._item(f"TURN#{record.turn_id}", sk, record.to_dict(), {**listed, **ttl})
+        body = record.to_dict()
+        if events:  # the delivery's audit events ride in its item, ordered as an EVENT# item's would be
+            body[OUTBOX_EVENTS] = EventGroup.of(events, self.clock.now()).to_dict()
+        return self._item(f"TURN#{record.turn_id}", sk, body, {**listed, **ttl})
 
     def _call_item(self, call: CallRecord) -> Item:
         return self._item(f"TURN#{call.turn_id}", f"CALL#{call.tool_use_id}", call.to_dict(), self._ttl())

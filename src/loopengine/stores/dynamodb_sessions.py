@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from loopengine.domain.base.errors import VersionConflict
 from loopengine.domain.messages import Message
+from loopengine.domain.tokens.context_window import Compaction, History
+from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_items import DynamoStore
 from loopengine.stores.dynamodb_table import TransactionCancelled
 
@@ -15,15 +17,29 @@ class DynamoSessionStore(DynamoStore):
         """The whole history in order (a paginated, strongly consistent Query)."""
         history: list[Message] = []
         for item in self.table.query(f"SESSION#{session_id}", "MSG#"):
-            history.extend(Message.from_dict(m) for m in self.table.decode(item))
+            if item["sk"]["S"] != bill.LATEST:  # (the latest compaction sorts after the messages)
+                history.extend(Message.from_dict(m) for m in self.table.decode(item))
         return history
+
+    def load_since_compaction(self, session_id: str) -> History:
+        """The history from its latest compaction on (see :mod:`~loopengine.stores.dynamodb_bill`)."""
+        return bill.read_since_compaction(self.table, session_id)
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """Every compaction of the session, oldest first (its ``CMP#`` markers)."""
+        return bill.read_markers(self.table, session_id)
 
     def _length(self, session_id: str) -> int:
         """The history's length: where its last item starts plus what it holds (one Query page of 1)."""
         last = next(
-            iter(self.table.query(f"SESSION#{session_id}", "MSG#", ScanIndexForward=False, Limit=1)), None
+            iter(
+                self.table.query(f"SESSION#{session_id}", below=bill.LATEST, ScanIndexForward=False, Limit=1)
+            ),
+            None,
         )
-        return 0 if last is None else int(last["sk"]["S"].removeprefix("MSG#")) + len(self.table.decode(last))
+        if last is None or not last["sk"]["S"].startswith("MSG#"):
+            return 0
+        return int(last["sk"]["S"].removeprefix("MSG#")) + len(self.table.decode(last))
 
     def append(self, session_id: str, messages: list[Message], expected_len: int) -> None:
         """Append iff the history has ``expected_len`` messages; VersionConflict(current=length).

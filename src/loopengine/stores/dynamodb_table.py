@@ -304,11 +304,13 @@ class DynamoTable:
         *,
         index: bool = False,
         below: str | None = None,
+        between: tuple[str, str] | None = None,
         **extra: Any,
     ) -> Iterator[Item]:
         """Every item of a partition (or of the index) whose sort key starts with ``prefix``, in order.
 
-        ``below`` instead selects the sort keys less than it. Base-table queries are strongly
+        ``below`` instead selects the sort keys less than it, ``between`` those from its first to its
+        second (both included). Base-table queries are strongly
         consistent; the index can only be read eventually consistent. ``extra`` adds request
         parameters (a FilterExpression and its placeholders, a page ``Limit``).
         """
@@ -318,6 +320,9 @@ class DynamoTable:
             condition, bound = condition + " AND begins_with(#sk, :sk)", {":sk": s(prefix)}
         elif below is not None:
             condition, bound = condition + " AND #sk < :sk", {":sk": s(below)}
+        elif between is not None:
+            condition += " AND #sk BETWEEN :sk AND :hi"
+            bound = {":sk": s(between[0]), ":hi": s(between[1])}
         names = {"#pk": hash_key, **({"#sk": range_key} if bound else {}), **extra.pop("names", {})}
         values = {":pk": s(pk), **bound, **extra.pop("values", {})}
         params: dict[str, Any] = {

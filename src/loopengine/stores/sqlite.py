@@ -24,7 +24,10 @@ from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
+from loopengine.domain.tokens.context_window import Compaction, History
+from loopengine.domain.tokens.metering import DailyUsage
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.stores import sqlite_bill as bill
 from loopengine.stores.sqlite_database import SqliteDatabase, compare_and_set, dumps, insert, loads
 
 __all__ = [
@@ -77,6 +80,13 @@ class SqliteCheckpointStore(_SqliteStore):
         with self.db.write() as conn:
             return _replace_checkpoint(conn, cp)
 
+    def get_with_config(
+        self, checkpoint_id: str, config_hash: str | None
+    ) -> tuple[TurnCheckpoint | None, JsonDict | None]:
+        """The checkpoint, and the config snapshot if asked (two local reads)."""
+        sql = "SELECT body FROM configs WHERE config_hash = ?"
+        return self.get(checkpoint_id), None if config_hash is None else self.db.body(sql, (config_hash,))
+
     def list_open(self, tenant: str, agent: str | None = None) -> list[TurnCheckpoint]:
         """Checkpoints of ``tenant`` not yet closed, oldest first, optionally for one agent."""
         sql = "SELECT body FROM checkpoints WHERE closed = 0 AND tenant = ?"
@@ -121,6 +131,14 @@ class SqliteSessionStore(_SqliteStore):
         with self.db.write() as conn:
             _append(conn, session_id, messages, expected_len)
 
+    def load_since_compaction(self, session_id: str) -> History:
+        """The history from its latest compaction on (see :mod:`~loopengine.stores.sqlite_bill`)."""
+        return bill.load_since_compaction(self.db, session_id)
+
+    def compactions(self, session_id: str) -> list[Compaction]:
+        """Every compaction of the session, oldest first."""
+        return bill.compactions(self.db, session_id)
+
 
 def _append(
     conn: sqlite3.Connection, session_id: str, messages: Sequence[Message], expected_len: int
@@ -163,10 +181,17 @@ class SqliteTurnStore(_SqliteStore):
             for call in change.claims:
                 if insert(conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "NOTHING") != 1:
                     raise AlreadyExists(f"call {call.tool_use_id} of turn {call.turn_id} was claimed already")
-            for call in change.calls:
+            for call in change.calls_to_store():
                 insert(
                     conn, "tool_calls", _call_row(call), _ON_CALL_CONFLICT + "UPDATE SET body = excluded.body"
                 )
+            if change.config is not None:
+                row = {"config_hash": change.config[0], "body": dumps(change.config[1])}
+                insert(conn, "configs", row, "ON CONFLICT (config_hash) DO NOTHING")
+            if change.compact is not None:
+                bill.put_compaction(conn, change.compact)
+            if change.tally is not None:
+                bill.add_tally(conn, change.tally)
         return Committed(turn, cp)
 
     def hold_wait(self, holder: str, limit: int, now: float, until: float) -> int | None:
@@ -242,10 +267,12 @@ class SqliteTurnStore(_SqliteStore):
         )
         return [OutboxRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
 
-    def put_outbox(self, record: OutboxRecord) -> None:
-        """Store a notification's delivery state."""
+    def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
+        """Store a notification's delivery state, and ``events`` in the same transaction."""
         with self.db.write() as conn:
             _put_outbox(conn, record)
+            for event in events:
+                insert(conn, "turn_events", {"turn_id": record.turn_id, "body": dumps(event)})
 
     def add_event(self, turn_id: str, event: JsonDict) -> None:
         """Append one audit event."""
@@ -286,6 +313,10 @@ class SqliteTurnStore(_SqliteStore):
         sql = "SELECT body FROM tool_calls WHERE turn_id = ? ORDER BY rowid"
         records = [CallRecord.from_dict(found) for found in self.db.bodies(sql, (turn_id,))]
         return {record.tool_use_id: record for record in records}
+
+    def daily_usage(self, tenant: str, day: str, agent: str | None = None) -> list[DailyUsage]:
+        """What ``tenant``'s agents used on ``day`` (one row per agent)."""
+        return bill.daily_usage(self.db, tenant, day, agent)
 
     def put_config(self, config_hash: str, snapshot: JsonDict) -> None:
         """Store a snapshot under its hash; a second put of the same hash changes nothing."""

@@ -51,7 +51,13 @@ CREATE TABLE IF NOT EXISTS configs (config_hash TEXT PRIMARY KEY, body TEXT NOT 
 CREATE TABLE IF NOT EXISTS idempotency_keys (key TEXT PRIMARY KEY, expires_at REAL NOT NULL,
     body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS wait_slots (holder TEXT NOT NULL, slot INTEGER NOT NULL,
-    until REAL NOT NULL, PRIMARY KEY (holder, slot))
+    until REAL NOT NULL, PRIMARY KEY (holder, slot));
+CREATE TABLE IF NOT EXISTS compactions (session_id TEXT NOT NULL, up_to INTEGER NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (session_id, up_to));
+CREATE TABLE IF NOT EXISTS usage_daily (tenant TEXT NOT NULL, day TEXT NOT NULL, agent TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    cache_creation_input_tokens INTEGER NOT NULL, cache_read_input_tokens INTEGER NOT NULL,
+    model_calls INTEGER NOT NULL, PRIMARY KEY (tenant, day, agent))
 """
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from loopengine.app import usage
 from loopengine.app.outcome import TurnOutcome, load_turn, outcome_of
-from loopengine.app.ports import Append, Change, ModelRequest, ModelResponse
+from loopengine.app.ports import Append, Change, ModelResponse
 from loopengine.app.request.handoff import hand_on
+from loopengine.app.worker import compaction
 from loopengine.app.worker.batch import BatchPlan, plan_batch, record_alone
 from loopengine.app.worker.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.worker.model_call import Abandoned, call_model
@@ -40,6 +42,7 @@ from loopengine.domain.base.errors import ModelError, NotFound, VersionConflict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
+from loopengine.domain.tokens.context_window import History
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 
@@ -58,11 +61,13 @@ def advance(
     rt = worker.rt
     turn = turn or load_turn(rt, worker.turn_id)
     config = rt.config_of(turn)
+    if history is not None and not isinstance(history, History):
+        history = History(history)
     while True:
         if turn.status is not TurnStatus.RUNNING or turn.runner != worker.runner:
             return outcome_of(turn)
         if history is None:
-            history = rt.stores.sessions.load(turn.session_key)
+            history = rt.stores.sessions.load_since_compaction(turn.session_key)
         try:
             step = _step(worker, config, turn, history)
         except VersionConflict:  # the session moved under us: another runner has the turn
@@ -74,7 +79,7 @@ def advance(
 
 
 def _step(
-    worker: Worker, config: AgentConfig, turn: TurnRecord, history: list[Message]
+    worker: Worker, config: AgentConfig, turn: TurnRecord, history: History
 ) -> TurnOutcome | TurnRecord:
     """One step from the record: where the turn stands, or the record to go round again with."""
     rt = worker.rt
@@ -89,16 +94,19 @@ def _step(
         return _batch(worker, config, turn, history)
     if turn.stop_requested is not None:
         return finish(worker, config, turn, turn.stop_requested, None)
+    if usage.exhausted(rt, turn):  # the tenant's tokens for the day are spent
+        return finish(worker, config, turn, StopReason.TOKEN_ALLOWANCE, _last_text(history[turn.start_seq :]))
     rounds = sum(1 for m in history[turn.start_seq :] if m.role == "assistant")
     if rounds >= config.max_iterations:
         return finish(worker, config, turn, StopReason.MAX_ITERATIONS, _last_text(history))
     if worker.deadline is not None and rt.stores.clock.now() >= worker.deadline:
         return _hand_off(worker, turn)
-    request = ModelRequest(
-        config.model, config.system, config.max_tokens, merged(history), config.tool_specs()
-    )
     try:
         with worker.heartbeat():
+            prepared = compaction.prepare(worker, config, turn, history)  # measured, compacted if due
+            if prepared is None:  # the compaction's write found the turn no longer ours
+                return load_turn(rt, worker.turn_id)
+            turn, request = prepared
             response = call_model(worker, rt.model_for(config), request)
     except ModelError as exc:
         return _model_failed(worker, config, turn, exc)
@@ -125,12 +133,13 @@ def _answered(
         stopReason=response.stop_reason,
         toolUses=[u.name for u in message.tool_uses],
         text=message.text,
+        usage=response.usage.as_json(),
     )
+    carry = Carry(message=message, events=(event,), usage=response.usage)
     if not message.tool_uses:
         add = Append(turn.session_key, (message,), len(history))
-        done = Carry(message=message, events=(event,))
-        return finish(worker, config, turn, StopReason.END_TURN, message.text, add, done)
-    return _batch(worker, config, turn, history, Carry(message=message, events=(event,)))
+        return finish(worker, config, turn, StopReason.END_TURN, message.text, add, carry)
+    return _batch(worker, config, turn, history, carry)
 
 
 def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: ModelError) -> TurnOutcome:

@@ -45,17 +45,21 @@ class Abandoned(Exception):
         self.stop = stop
 
 
-def call_model(worker: Worker, client: ModelClient, request: ModelRequest) -> ModelResponse:
+def call_model(
+    worker: Worker, client: ModelClient, request: ModelRequest, *, stream_text: bool = True
+) -> ModelResponse:
     """``client.create(request)``, waited for while the budget lasts and no stop was asked.
 
     Raises :class:`Abandoned`; the model's own errors (``ModelError``) come through as they are.
+    ``stream_text=False``: the answer's text is not the turn's (a compaction's summary), so none of
+    it goes to the live bus or the turn's ``text:delta`` events.
     """
     prepare = getattr(client, "prepare", None)
     if callable(prepare):  # import the SDK here, not in the thread: imports there block this one
         prepare()
     answers: queue.Queue[tuple[ModelResponse | None, BaseException | None]] = queue.Queue(maxsize=1)
     stream = TextStream(worker.turn_id, worker.rt.stores.clock)
-    streaming = replace(request, on_text=stream)
+    streaming = replace(request, on_text=stream) if stream_text else request
 
     def run() -> None:
         try:

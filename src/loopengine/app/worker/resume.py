@@ -44,9 +44,9 @@ def resume_turn(
     if turn.status is TurnStatus.QUEUED:
         return _start_queued(rt, worker, turn)
     now = rt.stores.clock.now()
+    worker.closing = _closed_batch(rt, turn)  # (with the turn's config, when this process lacks it)
     notes = _run_start(rt, turn, "resume")
     sent: list[tuple[Any, ...]] = []
-    worker.closing = _closed_batch(rt, turn)
     claims = _approved_claim(worker, turn, worker.closing, now)
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
@@ -80,7 +80,10 @@ def _closed_batch(rt: Runtime, turn: TurnRecord) -> TurnCheckpoint | None:
     """The closed checkpoint a READY turn resumes on (read before the claim: its calls ride in it)."""
     if turn.status is not TurnStatus.READY or turn.checkpoint_id is None or turn.stop_requested is not None:
         return None
-    cp = rt.stores.checkpoints.get(turn.checkpoint_id)
+    wanted = None if rt.knows_config(turn.agent, turn.config_hash) else turn.config_hash
+    cp, snapshot = rt.stores.checkpoints.get_with_config(turn.checkpoint_id, wanted)
+    if snapshot is not None:
+        rt.remember_config(turn.agent, turn.config_hash, snapshot)
     return cp if cp is not None and cp.closed else None
 
 
@@ -98,7 +101,7 @@ def _start_queued(rt: Runtime, worker: Worker, turn: TurnRecord) -> TurnOutcome 
     """Start a queued message's turn once every earlier turn of its session has finished."""
     if not session_free(rt, turn) or turn.queued_message is None:
         return None
-    history = rt.stores.sessions.load(turn.session_key)
+    history = rt.stores.sessions.load_since_compaction(turn.session_key)  # (its length is what counts)
     now = rt.stores.clock.now()
     add = Append(turn.session_key, (Message.user_text(turn.queued_message),), len(history))
     notes = _run_start(rt, turn, turn.trigger)

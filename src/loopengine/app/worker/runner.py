@@ -23,6 +23,7 @@ from loopengine.domain import turn_state as ts
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.messages import Message, ToolResultBlock
+from loopengine.domain.tokens.usage import Usage
 from loopengine.domain.turns import CallRecord, StopReason, TurnRecord
 
 
@@ -34,13 +35,15 @@ class Carry:
     appends itself (the batch's answer), and renews the lease as recording a response does;
     ``verdicts``: gate verdicts to record (recorded ones win: first write wins); ``ran``: calls run
     since the last write (their outcomes and ``tool_outcome`` events); ``events``: audit events of
-    the response (``model_response``, ``auto_approved``).
+    the response (``model_response``, ``auto_approved``); ``usage``: what the response's call used
+    (added to the turn's ``metered`` with the message).
     """
 
     message: Message | None = None
     verdicts: Mapping[str, JsonDict] = field(default_factory=dict)
     ran: tuple[Ran, ...] = ()
     events: tuple[JsonDict, ...] = ()
+    usage: Usage | None = None
 
     def onto(self, turn: TurnRecord, runner: str, lease_until: float) -> TurnRecord | None:
         """``turn`` with the verdicts recorded (and the lease renewed for a response); None if not ours."""
@@ -48,7 +51,11 @@ class Carry:
             answered = ts.model_answered(turn, runner, lease_until)
             if answered is None:
                 return None
-            turn = answered
+            turn = (
+                answered
+                if self.usage is None
+                else replace(answered, metered=answered.metered.plus(self.usage))
+            )
         missing = {k: v for k, v in self.verdicts.items() if k not in turn.verdicts}
         return replace(turn, verdicts={**turn.verdicts, **missing}) if missing else turn
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from loopengine.app import delivery
+from loopengine.app import delivery, usage
 from loopengine.app.outcome import TurnOutcome, outcome
 from loopengine.app.ports import Append, Change
 from loopengine.app.request.replay import replay
@@ -26,6 +26,7 @@ from loopengine.domain.base.errors import AlreadyExists, Conflict, VersionConfli
 from loopengine.domain.base.ids import new_id, session_key
 from loopengine.domain.idempotency import Claim
 from loopengine.domain.messages import Message
+from loopengine.domain.tokens.context_window import History
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
@@ -48,7 +49,7 @@ def new_turn(rt: Runtime, start: Start, start_seq: int, runner: str | None) -> T
     """The record of a new turn (its config snapshot stored once per process and kept)."""
     config = start.config
     config_hash = config.config_hash()
-    rt.keep_config(config.name, config_hash, config.snapshot())
+    rt.remember_config(config.name, config_hash, config.snapshot())  # stored with the turn (config_of)
     now = rt.stores.clock.now()
     return TurnRecord(
         turn_id=new_id("trn_"),
@@ -71,11 +72,15 @@ def new_turn(rt: Runtime, start: Start, start_seq: int, runner: str | None) -> T
 
 def queue(rt: Runtime, start: Start, ahead: Sequence[TurnRecord]) -> TurnOutcome:
     """Keep the message in a ``queued`` turn until the turns ``ahead`` have finished."""
+    usage.check_start(rt, start.tenant)
     turn = replace(new_turn(rt, start, -1, None), queued_message=start.message)
     event = rt.stamp("queued", trigger=start.trigger)
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
     try:
-        rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held))
+        snapshot = (turn.config_hash, start.config.snapshot())
+        rt.stores.turns.commit(
+            Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held, config=snapshot)
+        )
     except AlreadyExists:  # the same key's first request landed meanwhile
         return replayed(rt, start.key)
     for earlier in ahead:  # its finish starts the next queued turn (it reads the session only then)
@@ -88,7 +93,9 @@ def run(
     rt: Runtime, start: Start, budget_seconds: float | None, remaining_seconds: float | None
 ) -> TurnOutcome:
     """Create the turn and append its message in one write, then run it (this request is its worker)."""
-    history = [] if start.fresh else rt.stores.sessions.load(session_key(start.tenant, start.session_id))
+    usage.check_start(rt, start.tenant)  # (a replayed request was answered before: it is no new message)
+    where = session_key(start.tenant, start.session_id)
+    history = History() if start.fresh else rt.stores.sessions.load_since_compaction(where)
     runner = new_id("run_")
     turn = new_turn(rt, start, len(history), runner)
     notes = delivery.announce(rt, start.config, turn, notifications.run_start(turn, start.trigger))
@@ -97,7 +104,16 @@ def run(
         session_key(start.tenant, start.session_id), (Message.user_text(start.message),), len(history)
     )
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
-    create = Change(turn.turn_id, new_turn=turn, append=add, events=(event,), outbox=notes, idempotency=held)
+    snapshot = (turn.config_hash, start.config.snapshot())
+    create = Change(
+        turn.turn_id,
+        new_turn=turn,
+        append=add,
+        events=(event,),
+        outbox=notes,
+        idempotency=held,
+        config=snapshot,
+    )
     try:
         created = rt.stores.turns.commit(create)
     except AlreadyExists:  # the same key's first request landed meanwhile
@@ -108,7 +124,8 @@ def run(
         raise Conflict(f"session {start.session_id} changed while this message arrived; retry") from None
     delivery.deliver(rt, notes)
     worker = worker_for(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
-    return advance(worker, created.turn, [*history, *add.messages])
+    history.extend(add.messages)
+    return advance(worker, created.turn, history)
 
 
 def replayed(rt: Runtime, key: Claim | None) -> TurnOutcome:

@@ -1,0 +1,1 @@
+"""What model calls cost, and how much of the context window a session uses (usage, metering, policy)."""
