@@ -148,3 +148,19 @@ def test_close_never_closes_a_connection_another_thread_is_using(tmp_path: Path)
         db.bodies("SELECT body FROM turns")
     gc.collect()
     assert db._connections == {}  # the reader's thread ended: its connection was closed then
+
+
+def test_a_close_during_a_write_leaves_the_write_its_connection_until_it_ends(tmp_path: Path) -> None:
+    db = SqliteDatabase(str(tmp_path / "x.db"))
+    with pytest.raises(StoreError, match="closed"), db.write() as conn:
+        conn.execute("INSERT INTO configs (config_hash, body) VALUES ('h', '{}')")
+        closer = threading.Thread(target=db.close)
+        closer.start()
+        closer.join(30)
+        db.bodies("SELECT body FROM configs")  # a read inside the write, after the close: refused
+    assert db._connections != {}  # still this thread's: the write was in progress at the close
+    with pytest.raises(StoreError):
+        db.bodies("SELECT body FROM configs")  # its next use closes it, on this thread
+    assert db._connections == {}
+    with SqliteDatabase(str(tmp_path / "x.db")) as again:
+        assert again.bodies("SELECT body FROM configs") == []  # the write was rolled back

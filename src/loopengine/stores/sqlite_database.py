@@ -121,11 +121,12 @@ class _ThreadConnection:
     next use (which finds the database closed) or when the thread ends and drops it.
     """
 
-    __slots__ = ("__weakref__", "conn", "lock")
+    __slots__ = ("__weakref__", "conn", "depth", "lock")
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
         self.conn = conn
         self.lock = lock
+        self.depth = 0  # uses in progress on the owning thread (a read inside a write: 2)
 
 
 class SqliteDatabase:
@@ -165,7 +166,7 @@ class SqliteDatabase:
     def _held(self) -> _ThreadConnection:
         held: _ThreadConnection | None = getattr(self._local, "held", None)
         if self._closed:
-            if held is not None:  # closed while this thread used it: this thread closes it now
+            if held is not None and not held.depth:  # left open by close(): its own thread closes it
                 self._local.held = None
                 with held.lock:
                     _release(held.conn, self._connections)
@@ -185,7 +186,11 @@ class SqliteDatabase:
         with held.lock:
             if self._closed:  # closed between the check above and the lock
                 raise StoreError(f"the SQLite database {self.path} is closed")
-            yield held.conn
+            held.depth += 1
+            try:
+                yield held.conn
+            finally:
+                held.depth -= 1
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
