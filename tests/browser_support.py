@@ -1,16 +1,66 @@
-"""What the headless-Chromium tests share: waiting for a page that a click navigates away from."""
+"""What the headless-Chromium tests share: waiting for a page's state, never racing its navigations.
+
+A page can be replaced at any moment: after a click (the form posts, the answer is another page),
+and on the inbox by the page itself, when the turns it shows change (``inbox.js`` reloads it). An
+element found on one document is stale on the next, so a test never finds an element and reads it
+later: :func:`wait_for` runs a condition that finds what it reads and reads it in one go, again on
+the next document whenever the one it read went away mid-way.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+T = TypeVar("T")
 
 DETACHED = ("does not belong to the document", "No node with given id found")
 """What chromedriver answers instead of a stale-element error when it asks about an element of the
 page being replaced at that moment (CI saw it: ``unhandled inspector error: Node with given id does
 not belong to the document``)."""
+TIMEOUT = 30.0
+"""How long a page gets to reach a state (generous: a loaded machine is slow, never a timing claim)."""
+
+
+def _replaced(exc: WebDriverException) -> bool:
+    """Whether ``exc`` says the element's document went away (not a real failure)."""
+    if isinstance(exc, StaleElementReferenceException | NoSuchElementException):
+        return True
+    return any(words in str(exc) for words in DETACHED)
+
+
+def wait_for(driver: Any, condition: Callable[[Any], T], what: str, timeout: float = TIMEOUT) -> T:
+    """``condition(driver)`` once it is truthy; a run that met a replaced page is run again."""
+
+    def tolerant(d: Any) -> T | bool:
+        try:
+            return condition(d)
+        except WebDriverException as exc:
+            if _replaced(exc):
+                return False
+            raise
+
+    result: T = WebDriverWait(driver, timeout, poll_frequency=0.1).until(tolerant, f"waiting for {what}")
+    return result
+
+
+def shown(driver: Any, css: str, *attributes: str) -> dict[str, str | None] | None:
+    """The first element matching ``css``: its text and ``attributes``, read from one document.
+
+    None when there is none. For use inside a :func:`wait_for` condition (a replaced page raises).
+    """
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    if not found:
+        return None
+    return {"text": found[0].text, **{name: found[0].get_attribute(name) for name in attributes}}
 
 
 def left_page(element: Any) -> Callable[[Any], bool]:
@@ -20,10 +70,8 @@ def left_page(element: Any) -> Callable[[Any], bool]:
     def gone(_driver: Any) -> bool:
         try:
             element.is_enabled()
-        except StaleElementReferenceException:
-            return True
         except WebDriverException as exc:
-            if any(words in str(exc) for words in DETACHED):
+            if _replaced(exc):
                 return True
             raise
         return False

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from loopengine.app.engine import Engine
 from loopengine.app.ports import ModelClient, ResumeInvoker
@@ -24,6 +25,12 @@ from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness
 from tests.moto_rollback import one_rollback_copy
 from tests.moto_speedups import faster_moto
+
+settings.register_profile("loopengine", deadline=None)
+settings.load_profile("loopengine")
+"""No wall-clock deadline for any Hypothesis example (loaded here, before a test module decorates one):
+an example that waits for a store or a server, or a machine that two suites load, makes Hypothesis's
+200 ms deadline a race, never a finding. A test that wants a deadline says so in its own settings."""
 
 HANDLER_ENV = {
     "LOOPENGINE_ADMIN_AUTH": "admin:secret",

@@ -75,7 +75,8 @@ def test_dev_forks_its_environments_from_the_preloaded_server(tmp_path: Path) ->
         assert not [c for c in children.values() if "spawn_main" in c], children  # none spawned
         (forkserver,) = [pid for pid, line in children.items() if "forkserver" in line]
         environments = _children(forkserver)
-        assert len(environments) == 2  # --workers 2, each forked: no command line of its own
+        # --workers 2 (and a spare, when both were busy at once), each forked: no command line of its own
+        assert len(environments) >= 2
         assert all(_cmdline(pid) == _cmdline(forkserver) for pid in environments)
     finally:
         server.stop()

@@ -68,13 +68,15 @@ HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>"\'&'
 
 
 def respond(request: ModelRequest) -> ModelResponse:
-    """``refund N`` asks for a refund of N (``twice``: two at once); ``ask`` asks a question."""
+    """``refund N`` asks for a refund of N (``twice``: two at once); ``ask`` asks a question (``ask
+    freely``: one that takes a typed answer besides its options)."""
     last = request.messages[-1]
     if last.tool_results and not last.text:
         return say("done")
     text = last.text or ""
     if text.startswith("ask"):
-        return call(use(ASK_USER, {"question": f"Which size? {HOSTILE}", "options": ["S", "M", HOSTILE]}))
+        question = {"question": f"Which size? {HOSTILE}", "options": ["S", "M", HOSTILE]}
+        return call(use(ASK_USER, {**question, "allow_free_text": "freely" in text}))
     amount = float(text.split()[1])
     reason = HOSTILE if "hostile" in text else "arrived broken"
     calls = [use("refund", {"amount": amount, "reason": reason})]
@@ -387,7 +389,7 @@ def test_answer_a_question(world: World) -> None:
 
 
 def test_an_empty_answer_is_refused(world: World) -> None:
-    pending = world.pending(message("alice", "ask"))
+    pending = world.pending(message("alice", "ask freely"))
     before = dump(world.h)
     reply = post("alice", pending, inbox("alice").forms()[pending].submit(("decision", "answer")))
     assert reply.status == 400 and "Write an answer" in reply.body and dump(world.h) == before

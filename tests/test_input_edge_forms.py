@@ -248,7 +248,7 @@ def test_property_anything_is_a_value_or_invalid_input(raw: bytes | str) -> None
     bad=st.sampled_from(["NaN", "-Infinity", "1e400", '"\\udfff"', "[" * 65 + "]" * 65]),
     where=st.integers(0, 2),
 )
-@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_property_a_bad_value_anywhere_in_a_message_changes_nothing(edge: Edge, bad: str, where: int) -> None:
     before = edge.dump()
     places = [

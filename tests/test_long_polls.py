@@ -6,8 +6,12 @@ wait of a user is refused at once while resumes go on and ``/health`` keeps answ
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +22,10 @@ from loopengine.app.request.waits import TooManyWaits
 from loopengine.domain.principals import OPERATOR, Principal
 from loopengine.http import api
 from tests.agent_folders import write_agent
-from tests.dev_support import DevProcess, request
+from tests.dev_support import AUTH, DevProcess, request
 from tests.edge_support import STORES, Edge, installed, pause
 from tests.handler_support import load_event
-from tests.test_dev_reliability import _env, _serve
+from tests.test_dev_reliability import _env, _serve, _until
 
 LIMIT = 2
 
@@ -40,8 +44,6 @@ def events(turn_id: str, wait: float, after: int = 10**6) -> tuple[int, dict[str
     event["queryStringParameters"] = {"after": str(after), "wait": f"{wait:g}"}
     result = api.handler(event, _context())
     headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
-    import json
-
     return int(result["statusCode"]), json.loads(result["body"] or "{}"), headers
 
 
@@ -158,3 +160,60 @@ def test_loopengine_dev_keeps_health_and_resumes_going_while_a_user_holds_every_
         for t in holders:
             t.join(timeout=30)  # the approval's events end the held long-polls
     assert not failures
+
+
+def _get(port: int, path: str, auth: str) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """GET ``path``: status, headers (lower-cased) and JSON body, whatever the status."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": auth})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, {k.lower(): v for k, v in err.headers.items()}, json.loads(err.read())
+
+
+@pytest.mark.slow
+def test_under_loopengine_dev_one_principals_waits_never_hold_up_another_principal(
+    tmp_path: Path, servers: list[DevProcess]
+) -> None:
+    # GIVEN loopengine dev with 2 environments, a limit of LIMIT waits per principal, and a parked turn
+    write_agent(tmp_path / "agents", "shop")
+    bob = {"user": "bob", "password": "pw-bob", "tenants": [""]}
+    env = _env(tmp_path, LOOPENGINE_MAX_WAITS=str(LIMIT), LOOPENGINE_USERS=json.dumps([bob]))
+    srv = _serve(servers, env, tmp_path / "dev.log", "--sweep-interval", "0", "--workers", "2")
+    status, paused = request(srv.port, "POST", "/agents/shop/messages", {"message": "refund A-1001"})
+    assert status == 202 and paused["status"] == "paused", paused
+    turn_id, pending = paused["turnId"], paused["pendingItems"][0]["pendingId"]
+    cursor = request(srv.port, "GET", f"/turns/{turn_id}/events")[1]["next"]
+    waits = 4 * LIMIT  # four times what one principal may hold, twice the environments started
+    answers: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+
+    def hold() -> None:
+        try:
+            answers.append(_get(srv.port, f"/turns/{turn_id}/events?after={cursor}&wait=15", AUTH))
+        except BaseException as exc:  # reported below, never lost in the thread
+            answers.append((0, {}, {"error": repr(exc)}))
+
+    # WHEN the admin opens that many long-polls at once
+    holders = [threading.Thread(target=hold) for _ in range(waits)]
+    for t in holders:
+        t.start()
+    try:
+        # THEN every wait beyond the limit is refused at once: 429 too_many_waits, with Retry-After
+        _until("the waits beyond the limit to be refused", lambda: len(answers) >= waits - LIMIT or None)
+        refused = list(answers)
+        assert [(s, b.get("error")) for s, _, b in refused] == [(429, "too_many_waits")] * (waits - LIMIT)
+        assert all(int(h["retry-after"]) >= 1 for _, h, _ in refused)
+        # AND another principal's ordinary request is answered while the admin's waits hold
+        bobs = "Basic " + base64.b64encode(b"bob:pw-bob").decode()
+        status, _, listed = _get(srv.port, "/pending-approvals", bobs)
+        assert status == 200 and [i["pendingId"] for i in listed["items"]] == [pending], listed
+        assert len(answers) == waits - LIMIT  # none of the admin's held waits had ended meanwhile
+    finally:
+        approve = {"decision": "approve"}  # its events end the held waits
+        request(srv.port, "POST", f"/pending-approvals/{pending}/resolve", approve)
+        for t in holders:
+            t.join(timeout=60)
+    held = answers[waits - LIMIT :]
+    assert [s for s, _, _ in held] == [200] * LIMIT and all(b["events"] for _, _, b in held), held

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from loopengine.channels.magic.token import issue_token
-from tests.browser_support import left_page
+from tests.browser_support import left_page, shown, wait_for
 from tests.dev_support import DevProcess, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -105,9 +105,7 @@ def _assert_png(path: Path) -> None:
 
 
 def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: Any, tmp_path: Path) -> None:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     # GIVEN a turn parked on the refund, and a magic link for its pending item
     status, paused = request(
@@ -133,16 +131,18 @@ def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: 
     amount.clear()
     amount.send_keys("100")
     browser.find_element(By.CSS_SELECTOR, 'button[name="decision"][value="approve"]').click()
-    # the form page goes away (its elements turn stale), then the result page is there
-    WebDriverWait(browser, 20).until(left_page(main))
-    settled = WebDriverWait(
-        browser, 20, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-    )
-    settled.until(lambda d: d.find_element(By.TAG_NAME, "main").get_attribute("data-state") != "form")
+    # the form page goes away (its elements turn stale), then the result page is there: read in
+    # one go from whichever document is there (tests/browser_support.py), never found then read
+    wait_for(browser, left_page(main), "the form to post")
+
+    def result(d: Any) -> dict[str, str | None] | None:
+        found = shown(d, "main", "data-state")
+        return found if found is not None and found["data-state"] != "form" else None
+
     # THEN the result page says it is approved and the agent is resuming
-    main = browser.find_element(By.TAG_NAME, "main")
-    assert main.get_attribute("data-state") == "approved", browser.page_source
-    assert "the agent is resuming" in main.text.lower()
+    shown_now = wait_for(browser, result, "the result page")
+    assert shown_now["data-state"] == "approved", browser.page_source
+    assert "the agent is resuming" in (shown_now["text"] or "").lower()
     shot = tmp_path / "magic_approved.png"
     assert browser.save_screenshot(str(shot))
     _assert_png(shot)
@@ -180,6 +180,6 @@ def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: 
     assert result["result"]["amount"] == 100.0 and result["result"]["status"] == "issued"
     # AND reloading the link now reports the decision instead of offering it again
     browser.get(f"http://127.0.0.1:{server.port}/magic/{token}")
-    main = browser.find_element(By.TAG_NAME, "main")
-    assert main.get_attribute("data-state") == "already-resolved"
-    assert REVIEWER in main.text
+    again = wait_for(browser, lambda d: shown(d, "main", "data-state"), "the link's page")
+    assert again["data-state"] == "already-resolved"
+    assert REVIEWER in (again["text"] or "")

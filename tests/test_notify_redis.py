@@ -34,6 +34,8 @@ from loopengine.bootstrap import NotifierChooser
 from loopengine.channels import base as channels
 from loopengine.channels.base import notification_body
 from loopengine.channels.redis.send import RedisNotifier, client_for
+from loopengine.channels.redis.signed import opened
+from loopengine.channels.signing import RejectReason, WebhookVerificationError
 from loopengine.domain import outbox
 from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.base.errors import ConfigError, DeliveryError
@@ -45,6 +47,10 @@ from tests.redis_support import LostReplyProxy, RedisServer, make_tls
 
 KEY = "loopengine:approvals"
 PASSWORD = "redis-password-do-not-leak-0123456789"
+SECRET = "redis-signing-secret-do-not-leak-42"
+SIGNING = {"REDIS_SECRET": SECRET}
+"""The environment a notifier block's ``secret_env: REDIS_SECRET`` names."""
+WEEK = 7 * 24 * 3600
 REFUND_ARGS = {"order_id": "A-1001", "amount": 212.0, "reason": "arrived broken"}
 REFUND_SCHEMA = {
     "type": "object",
@@ -76,6 +82,7 @@ def deployed(
 ) -> Iterator[tuple[Engine, Calls, FakeClock]]:
     """An Engine whose agent ``shop`` notifies through ``channel: redis`` with ``config``."""
     clock, calls = FakeClock(), Calls()
+    config, env = {"secret_env": "REDIS_SECRET", **config}, {**SIGNING, **env}
     block = {"channel": "redis", "config": config, "events": events}
     shop = agent("shop", [calls.tool("issue_refund", REFUND_SCHEMA)], RULES, notifier=block)
     stores = open_sqlite_stores(str(tmp_path / "engine.db"), clock)
@@ -100,6 +107,11 @@ REFUND_SCRIPT = [call(use("issue_refund", REFUND_ARGS)), say("Refund issued.")]
 QUESTION_SCRIPT = [call(use(ASK_USER, QUESTION)), say("Thanks.")]
 
 
+def body_of(raw: bytes, clock: FakeClock) -> bytes:
+    """The webhook body a signed list entry carries, its signature verified (the consumer's check)."""
+    return opened(SECRET, raw, tolerance=WEEK, now=clock.now())
+
+
 def audit(engine: Engine, turn_id: str, kind: str) -> list[dict[str, Any]]:
     return [e for e in engine.rt.stores.turns.events(turn_id) if e["type"] == kind]
 
@@ -121,14 +133,15 @@ def test_an_approval_pause_pushes_exactly_one_entry_holding_the_webhook_body(
     tmp_path: Path, server: RedisServer
 ) -> None:
     config = {"url": server.url(), "key": KEY}
-    with deployed(tmp_path, config, {}, ["approval", "question"], REFUND_SCRIPT) as (engine, calls, _):
+    with deployed(tmp_path, config, {}, ["approval", "question"], REFUND_SCRIPT) as (engine, calls, clock):
         out = engine.send_message("shop", "order A-1001 arrived broken")
         assert out.stop_reason is StopReason.PENDING_APPROVAL
         [raw] = reader(server).lrange(KEY, 0, -1)
         [notified] = audit(engine, out.turn_id, "notified")
         assert notified["channel"] == f"redis list {KEY} at 127.0.0.1:{server.port}/0"
-        assert raw == webhook_bytes(engine, out, notified["eventId"])
+        assert body_of(raw, clock) == webhook_bytes(engine, out, notified["eventId"])  # signed, verified
         body = json.loads(raw)
+        assert list(body)[-1] == "signature" and body["signature"].startswith(f"t={int(clock.now())},v1=")
         assert list(body)[:2] == ["event", "eventId"] and body["event"] == "approval"
         assert body["pendingId"] == out.pending[0].pending_id and body["eventId"].startswith("evt_")
         assert (body["tool"], body["args"], body["reason"]) == (
@@ -144,12 +157,12 @@ def test_an_approval_pause_pushes_exactly_one_entry_holding_the_webhook_body(
 
 def test_a_question_pushes_its_entry_too(tmp_path: Path, server: RedisServer) -> None:
     config = {"url": server.url()}  # the default key
-    with deployed(tmp_path, config, {}, ["approval", "question"], QUESTION_SCRIPT) as (engine, _, _):
+    with deployed(tmp_path, config, {}, ["approval", "question"], QUESTION_SCRIPT) as (engine, _, clock):
         out = engine.send_message("shop", "my order arrived broken")
         assert out.stop_reason is StopReason.PENDING_QUESTION
         [raw] = reader(server).lrange("loopengine:approvals", 0, -1)
         [notified] = audit(engine, out.turn_id, "notified")
-        assert raw == webhook_bytes(engine, out, notified["eventId"])
+        assert body_of(raw, clock) == webhook_bytes(engine, out, notified["eventId"])
         body = json.loads(raw)
         assert (body["event"], body["question"], body["options"]) == ("question", *QUESTION.values())
         assert body["resolveUrl"].endswith(f"/pending-questions/{body['pendingId']}/answer")
@@ -200,7 +213,7 @@ def test_a_redis_that_is_down_gets_the_entry_from_the_outbox_when_it_is_back(
         assert engine.sweep().notified == 1
         [raw] = reader(server).lrange(KEY, 0, -1)
         assert json.loads(raw)["eventId"] == failed["eventId"]
-        assert raw == webhook_bytes(engine, out, failed["eventId"])
+        assert body_of(raw, clock) == webhook_bytes(engine, out, failed["eventId"])
         clock.advance(outbox.MAX_BACKOFF_SECONDS)
         engine.sweep()
         assert reader(server).llen(KEY) == 1  # delivered: never pushed again
@@ -220,7 +233,8 @@ def test_a_lost_reply_makes_a_duplicate_entry_with_the_same_event_id(
             clock.advance(outbox.FIRST_RETRY_SECONDS)
             assert engine.sweep().notified == 1
             first, second = reader(server).lrange(KEY, 0, -1)
-            assert first == second  # the same body, the same eventId: a receiver drops the copy
+            # the same body, the same eventId (a receiver drops the copy), each signed when sent
+            assert body_of(first, clock) == body_of(second, clock)
             assert json.loads(first)["eventId"] == failed["eventId"]
     finally:
         proxy.close()
@@ -230,7 +244,7 @@ def test_a_server_that_never_answers_times_out(tmp_path: Path) -> None:
     silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog), never replies
     port = silent.getsockname()[1]
     try:
-        notifier = RedisNotifier(f"redis://127.0.0.1:{port}/0", KEY, timeout=0.5)
+        notifier = RedisNotifier(f"redis://127.0.0.1:{port}/0", KEY, timeout=0.5, secret=SECRET)
         started = time.monotonic()
         with pytest.raises(DeliveryError, match="push failed: TimeoutError"):
             notifier.send(Notification("approval", {"eventId": "evt_1"}))
@@ -241,7 +255,7 @@ def test_a_server_that_never_answers_times_out(tmp_path: Path) -> None:
 
 def test_a_key_of_another_type_is_a_delivery_error(server: RedisServer) -> None:
     reader(server).set(KEY, "not a list")
-    notifier = RedisNotifier(server.url(), KEY)
+    notifier = RedisNotifier(server.url(), KEY, secret=SECRET)
     with pytest.raises(DeliveryError, match="WRONGTYPE") as caught:
         notifier.send(Notification("approval", {"eventId": "evt_1"}))
     assert isinstance(caught.value.__cause__, redis.ResponseError)
@@ -255,16 +269,15 @@ def test_a_key_of_another_type_is_a_delivery_error(server: RedisServer) -> None:
 
 
 def test_stream_mode_adds_the_body_with_event_fields_and_trims(server: RedisServer) -> None:
-    notifier = channels.build(
-        {"channel": "redis", "config": {"url": server.url(), "key": KEY, "mode": "stream", "maxlen": 5}},
-        {},
-        FakeClock(),
-    )
+    stream = {"url": server.url(), "key": KEY, "mode": "stream", "maxlen": 5, "secret_env": "REDIS_SECRET"}
+    clock = FakeClock()
+    notifier = channels.build({"channel": "redis", "config": stream}, SIGNING, clock)
     assert notifier is not None
     note = Notification("approval", {"eventId": "evt_" + "a" * 32, "pendingId": "pnd_1", "tool": "t"})
     where = notifier.send(note)
     [(entry_id, fields)] = reader(server).xrange(KEY)
     assert where == f"redis stream {KEY} at 127.0.0.1:{server.port}/0 (entry {entry_id.decode()})"
+    assert fields.pop(b"signature").startswith(f"t={int(clock.now())},v1=".encode())
     assert fields == {
         b"event": b"approval",
         b"eventId": ("evt_" + "a" * 32).encode(),
@@ -297,7 +310,7 @@ def test_a_password_comes_from_url_env_and_never_shows(tmp_path: Path) -> None:
             notifier = engine.rt.notifier_for(engine.rt.agents.get("shop"))
             assert PASSWORD not in repr(notifier)
 
-        wrong = RedisNotifier(env["WRONG_URL"], KEY)
+        wrong = RedisNotifier(env["WRONG_URL"], KEY, secret=SECRET)
         with pytest.raises(DeliveryError, match="AuthenticationError") as caught:
             wrong.send(Notification("approval", {"eventId": "evt_1"}))
         assert "guess" not in str(caught.value) and PASSWORD not in str(caught.value)
@@ -312,10 +325,14 @@ def test_a_user_allowed_only_rpush_and_xadd_on_its_keys_is_enough(tmp_path: Path
     try:
         url = server.url("n0tifier-pw", user="notifier")
         note = Notification("approval", {"eventId": "evt_1"})
-        assert RedisNotifier(url, "loopengine:list").send(note).startswith("redis list")
-        assert RedisNotifier(url, "loopengine:stream", mode="stream").send(note).startswith("redis stream")
+        assert RedisNotifier(url, "loopengine:list", secret=SECRET).send(note).startswith("redis list")
+        assert (
+            RedisNotifier(url, "loopengine:stream", mode="stream", secret=SECRET)
+            .send(note)
+            .startswith("redis stream")
+        )
         with pytest.raises(DeliveryError, match="NoPermissionError"):
-            RedisNotifier(url, "elsewhere").send(note)
+            RedisNotifier(url, "elsewhere", secret=SECRET).send(note)
     finally:
         server.kill()
 
@@ -327,9 +344,9 @@ def test_tls_verifies_the_server_certificate(tmp_path: Path, monkeypatch: pytest
         note = Notification("approval", {"eventId": "evt_1"})
         monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nothing-trusted.pem"))
         with pytest.raises(DeliveryError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
-            RedisNotifier(server.url(), KEY, timeout=3).send(note)
+            RedisNotifier(server.url(), KEY, timeout=3, secret=SECRET).send(note)
         monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca))  # the bundle the system would hold
-        assert RedisNotifier(server.url(), KEY, timeout=3).send(note).startswith("redis list")
+        assert RedisNotifier(server.url(), KEY, timeout=3, secret=SECRET).send(note).startswith("redis list")
         ssl_reader = redis.Redis(host="127.0.0.1", port=server.port, ssl=True, ssl_ca_certs=str(tls.ca))
         assert ssl_reader.llen(KEY) == 1
     finally:
@@ -362,6 +379,9 @@ def test_tls_verifies_the_server_certificate(tmp_path: Path, monkeypatch: pytest
         ({"url": "redis://127.0.0.1", "key": ""}, {}, "key must be 1 to 512"),
         ({"url": "redis://127.0.0.1", "key": "a\nb"}, {}, "printable"),
         ({"url": "redis://127.0.0.1", "plaintext": "yes"}, {}, "plaintext is true or false"),
+        ({"url": "redis://127.0.0.1"}, {}, "secret_env must name a set environment variable"),
+        ({"url": "redis://127.0.0.1", "secret_env": "NOT_SET"}, {}, "secret_env must name a set"),
+        ({"url": "redis://127.0.0.1", "secret": "hunter2"}, {}, "put secret in the environment"),
     ],
 )
 def test_bad_config_is_a_clear_config_error(
@@ -373,13 +393,15 @@ def test_bad_config_is_a_clear_config_error(
 
 
 def test_plaintext_and_tls_urls_to_remote_hosts() -> None:
-    remote = {"url_env": "U", "plaintext": True}
+    remote = {"url_env": "U", "plaintext": True, "secret_env": "REDIS_SECRET"}
     built = channels.build(
-        {"channel": "redis", "config": remote}, {"U": "redis://:pw@cache.internal/2"}, FakeClock()
+        {"channel": "redis", "config": remote}, {"U": "redis://:pw@cache.internal/2", **SIGNING}, FakeClock()
     )
     assert isinstance(built, RedisNotifier) and built.server == "cache.internal:6379/2" and not built.tls
     tls = channels.build(
-        {"channel": "redis"}, {"LOOPENGINE_REDIS_URL": "rediss://:pw@cache.internal:6380"}, FakeClock()
+        {"channel": "redis", "config": {"secret_env": "REDIS_SECRET"}},
+        {"LOOPENGINE_REDIS_URL": "rediss://:pw@cache.internal:6380", **SIGNING},
+        FakeClock(),
     )
     assert isinstance(tls, RedisNotifier) and tls.tls and "pw" not in repr(tls)
 
@@ -390,7 +412,8 @@ import sys
 from loopengine.domain.base.clock import FakeClock
 from loopengine.channels import base as channels
 from loopengine.channels.redis import consume, resolve, send
-notifier = channels.build({"channel": "redis", "config": {"url": "redis://127.0.0.1:1/0"}}, {}, FakeClock())
+config = {"url": "redis://127.0.0.1:1/0", "secret_env": "S"}
+notifier = channels.build({"channel": "redis", "config": config}, {"S": "k"}, FakeClock())
 assert notifier is not None
 assert "redis" not in sys.modules and "httpx" not in sys.modules, sorted(sys.modules)
 """
@@ -399,7 +422,10 @@ assert "redis" not in sys.modules and "httpx" not in sys.modules, sorted(sys.mod
 
 
 def test_one_client_per_server_per_process(server: RedisServer) -> None:
-    a, b = RedisNotifier(server.url(), "loopengine:a"), RedisNotifier(server.url(), "loopengine:b")
+    a, b = (
+        RedisNotifier(server.url(), "loopengine:a", secret=SECRET),
+        RedisNotifier(server.url(), "loopengine:b", secret=SECRET),
+    )
     note = Notification("approval", {"eventId": "evt_1"})
     a.send(note)
     b.send(note)
@@ -412,3 +438,28 @@ def test_one_client_per_server_per_process(server: RedisServer) -> None:
         t.join()
     assert reader(server).llen("loopengine:a") == 9
     assert len(pool._available_connections) + len(pool._in_use_connections) <= 8
+
+
+def test_every_entry_is_signed_and_what_was_changed_or_signed_otherwise_fails(server: RedisServer) -> None:
+    clock = FakeClock()
+    notifier = RedisNotifier(server.url(), KEY, secret=SECRET, clock=clock)
+    args = {"eventId": "evt_" + "b" * 32, "pendingId": "pnd_1", "tool": "t", "args": {"x": 1}}
+    note = Notification("approval", args)
+    notifier.send(note)
+    [raw] = reader(server).lrange(KEY, 0, -1)
+    assert body_of(raw, clock) == notification_body(note).encode()
+    unsigned = notification_body(note).encode()
+    refused = [
+        (raw.replace(b'"x":1', b'"x":9'), SECRET, RejectReason.BAD_SIGNATURE),  # one changed byte
+        (raw, "another-secret", RejectReason.BAD_SIGNATURE),
+        (unsigned, SECRET, RejectReason.MISSING_HEADER),
+        (unsigned[:-1] + b',"signature":"t=1,v1=' + b"0" * 64 + b'"}', SECRET, RejectReason.BAD_SIGNATURE),
+    ]
+    for entry, secret, reason in refused:
+        with pytest.raises(WebhookVerificationError) as caught:
+            opened(secret, entry, tolerance=WEEK, now=clock.now())
+        assert caught.value.reason is reason, entry
+    with pytest.raises(WebhookVerificationError) as stale:  # a replay older than the window
+        opened(SECRET, raw, tolerance=WEEK, now=clock.now() + WEEK + 1)
+    assert stale.value.reason is RejectReason.STALE_TIMESTAMP
+    assert SECRET not in repr(notifier)

@@ -27,16 +27,28 @@ import redis
 from loopengine.authoring.tools import args_hash
 from loopengine.channels.redis.consume import RedisQueue, connect, consume_once
 from loopengine.channels.redis.resolve import ApiResolver, Entry, ResolveError, Verdict, basic_auth
+from loopengine.channels.redis.signed import sealed
 from tests.agent_folders import AGENT_YAML, calls, write_agent
 from tests.dev_support import AUTH, DevProcess, admin_env, free_port, request
 from tests.redis_support import RedisServer
 
 PASSWORD = "redis-password-do-not-leak-0123456789"
+SECRET = "redis-signing-secret-do-not-leak-42"
 NOTIFIER = """\
 notifier:
   channel: redis
-  config: {{url_env: SHOP_REDIS_URL, key: "{key}", mode: {mode}}}
+  config: {{url_env: SHOP_REDIS_URL, secret_env: SHOP_REDIS_SECRET, key: "{key}", mode: {mode}}}
   events: [approval, question]
+"""
+OPTIONS = ["refund", "replacement"]
+ASK_SCRIPT = f"""\
+from loopengine.models.scripted import call, say, use
+
+
+def respond(request):
+    if not any(m.tool_results for m in request.messages):
+        return call(use("system_ask_user", {{"question": "Refund or replacement?", "options": {OPTIONS!r}}}))
+    return say("noted")
 """
 
 
@@ -54,9 +66,11 @@ class Stack:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, password=PASSWORD, socket_timeout=30)
 
     def queue(self, key: str, mode: str = "list", consumer: str = "worker-1") -> RedisQueue:
-        return RedisQueue(connect(self.redis.url(PASSWORD)), key, mode=mode, consumer=consumer)  # type: ignore[arg-type]
+        client = connect(self.redis.url(PASSWORD))
+        return RedisQueue(client, key, secret=SECRET, mode=mode, consumer=consumer)  # type: ignore[arg-type]
 
     def message(self, agent: str) -> dict[str, Any]:
+        """A fresh turn of ``agent``, paused on its first item."""
         status, body = request(
             self.dev.port, "POST", f"/agents/{agent}/messages", {"message": "refund please"}
         )
@@ -71,7 +85,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     agents = root / "agents"
     for name, key, mode in (("shop", "shop:approvals", "list"), ("desk", "desk:approvals", "stream")):
         write_agent(agents, name, agent=AGENT_YAML.format(name=name) + NOTIFIER.format(key=key, mode=mode))
-    env = admin_env(root / "dev.db", LOOPENGINE_AGENTS_PATH=str(agents), SHOP_REDIS_URL=server.url(PASSWORD))
+    asks = AGENT_YAML.format(name="asker") + NOTIFIER.format(key="asker:questions", mode="list")
+    write_agent(agents, "asker", agent=asks, script=ASK_SCRIPT)
+    env = admin_env(
+        root / "dev.db",
+        LOOPENGINE_AGENTS_PATH=str(agents),
+        SHOP_REDIS_URL=server.url(PASSWORD),
+        SHOP_REDIS_SECRET=SECRET,
+    )
     dev = DevProcess(env, free_port(), root / "dev.log")
     dev.start()
     try:
@@ -79,7 +100,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         dev.stop()
         server.kill()
-        assert PASSWORD not in dev.log_text()
+        assert PASSWORD not in dev.log_text() and SECRET not in dev.log_text()
 
 
 def approve(entry: Entry) -> Verdict:
@@ -133,29 +154,32 @@ def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack
         [raw] = _pushed(r, "shop:approvals")
         body = json.loads(raw)
         body["resolveUrl"] = f"http://127.0.0.1:{trap.server_port}/steal"  # where credentials would go
-        r.lset("shop:approvals", 0, json.dumps(body))
-        r.rpush("shop:approvals", raw)  # a duplicate delivery: the same eventId
+        r.lset("shop:approvals", 0, json.dumps(body, separators=(",", ":")))
+        r.rpush("shop:approvals", raw, raw)  # the genuine entry, then a duplicate delivery of it
         queue, api = stack.queue("shop:approvals"), ApiResolver(stack.api, AUTH, wait=10)
 
+        altered = consume_once(queue, api, approve, timeout=5)  # its signature no longer verifies
+        assert altered is not None and altered.outcome == "forged" and altered.status is None
+        assert "bad_signature" in (altered.entry.problem or "")
         resolved = consume_once(queue, api, approve, timeout=5)
         assert resolved is not None and resolved.outcome == "resolved"
-        assert Trap.seen == []  # the worker's own API URL, never the entry's resolveUrl
+        assert Trap.seen == []  # the worker's own API URL, never an entry's resolveUrl
         duplicate = consume_once(queue, api, approve, timeout=5)
         assert duplicate is not None and duplicate.outcome == "duplicate"
         assert duplicate.entry.event_id == resolved.entry.event_id
 
-        # the second pause's entry, forged in Redis (other arguments, their hash): the decider
-        # approves what it was shown, the server refuses (409: not the item's call), nothing runs
+        # the second pause's entry, forged in Redis (other arguments, their hash, a fresh eventId;
+        # resigned with a guessed secret, or not signed at all): refused unread, no request sent
         [raw2] = _pushed(r, "shop:approvals")  # the resume pauses again and notifies after its write
-        forged = json.loads(raw2)
-        forged.update(args={"x": 999}, argsHash=args_hash("refund", {"x": 999}))
-        r.lset("shop:approvals", 0, json.dumps(forged))
-        refused = consume_once(queue, api, approve, timeout=5)
-        assert refused is not None and refused.outcome == "refused" and refused.status == 409
-        forged["argsHash"] = json.loads(raw2)["argsHash"]  # disagrees with its args: never sent
-        r.rpush("shop:approvals", json.dumps({**forged, "eventId": "evt_" + "f" * 32}))
-        local = consume_once(queue, api, approve, timeout=5)
-        assert local is not None and local.outcome == "refused" and local.status is None
+        forged = {k: v for k, v in json.loads(raw2).items() if k != "signature"}
+        forged.update(args={"x": 999}, argsHash=args_hash("refund", {"x": 999}), eventId="evt_" + "f" * 32)
+        unsigned = json.dumps(forged, separators=(",", ":"))
+        guessed, _ = sealed("guessed-secret", unsigned, int(time.time()))
+        r.delete("shop:approvals")
+        r.rpush("shop:approvals", unsigned, guessed)
+        for _ in range(2):
+            refused = consume_once(queue, api, approve, timeout=5)
+            assert refused is not None and refused.outcome == "forged", refused
         assert calls(stack.agents / "shop")[-1] != 999
         _, open_items = request(stack.dev.port, "GET", "/pending-approvals?agent=shop")
         assert forged["pendingId"] in [i["pendingId"] for i in open_items["items"]]  # still open
@@ -163,6 +187,35 @@ def test_duplicates_and_tampered_entries_decide_nothing_twice_or_elsewhere(stack
     finally:
         trap.shutdown()
         trap.server_close()
+
+
+def test_a_question_takes_one_of_its_options_and_a_forged_answer_decides_nothing(stack: Stack) -> None:
+    turn = stack.message("asker")
+    r = stack.client()
+    [raw] = _pushed(r, "asker:questions")
+    assert json.loads(raw)["options"] == OPTIONS
+    # a forged copy offering the attacker's own option (and a fresh eventId): refused unread
+    forged = {k: v for k, v in json.loads(raw).items() if k != "signature"}
+    forged.update(options=[*OPTIONS, "gift card"], eventId="evt_" + "e" * 32)
+    r.lpush("asker:questions", json.dumps(forged, separators=(",", ":")))
+    queue, api = stack.queue("asker:questions"), ApiResolver(stack.api, AUTH, wait=10)
+    gift = consume_once(queue, api, lambda _e: Verdict.reply("gift card"), timeout=5)
+    assert gift is not None and gift.outcome == "forged"
+
+    # the genuine entry, answered with something that is not among its options: the API refuses
+    r.rpush("asker:questions", raw)
+    free = consume_once(queue, api, lambda _e: Verdict.reply("gift card"), timeout=5)
+    assert free is not None and (free.outcome, free.status) == ("refused", 400), free
+    assert free.answer["error"] == "invalid_input" and '"refund", "replacement"' in free.answer["message"]
+    pending = turn["pendingItems"][0]["pendingId"]
+    _, listed = request(stack.dev.port, "GET", "/pending-approvals?agent=asker")
+    assert pending in [i["pendingId"] for i in listed["items"]]  # still open: nothing was recorded
+
+    r.rpush("asker:questions", raw)  # the genuine entry, delivered once more, answered with an option
+    queue.client.delete(f"asker:questions:seen:{json.loads(raw)['eventId']}")  # (not a duplicate)
+    chosen = consume_once(queue, api, lambda _e: Verdict.reply("replacement"), timeout=5)
+    assert chosen is not None and chosen.outcome == "resolved", chosen
+    assert (chosen.answer["status"], chosen.answer["text"]) == ("finished", "noted")
 
 
 def _pushed(r: redis.Redis, key: str, timeout: float = 30.0) -> list[bytes]:
@@ -213,6 +266,7 @@ def test_the_terminal_worker_decides_by_hand(stack: Stack) -> None:
     env = {
         **os.environ,
         "LOOPENGINE_REDIS_URL": stack.redis.url(PASSWORD),
+        "LOOPENGINE_REDIS_SECRET": SECRET,
         "LOOPENGINE_API_AUTH": "admin:secret",
     }
     command = [sys.executable, "-m", "loopengine.channels.redis.consume", "--api", stack.api]
@@ -224,6 +278,6 @@ def test_the_terminal_worker_decides_by_hand(stack: Stack) -> None:
     assert (
         "wants to call refund" in done.stdout and "resolved" in done.stdout and turn["turnId"] in done.stdout
     )
-    assert PASSWORD not in done.stdout + done.stderr
+    assert PASSWORD not in done.stdout + done.stderr and SECRET not in done.stdout + done.stderr
     _, seen = request(stack.dev.port, "GET", f"/turns/{turn['turnId']}")
     assert [e["decision"] for e in seen["audit"] if e["type"] == "decided"] == ["approve"], done.stdout

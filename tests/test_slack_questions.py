@@ -61,7 +61,7 @@ def replies(receiver: ResponseUrls) -> ResponseUrls:
 
 @pytest.fixture
 def h(install_harness: Build, slack_api: SlackApi, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    """A turn-ready harness whose model asks a question (with options), then says what it got."""
+    """A turn-ready harness whose model asks a question (options; free text allowed), then says what it got"""
     for name, value in {
         route.SECRET_ENV: SECRET,
         route.TEAM_ENV: TEAM,
@@ -71,7 +71,8 @@ def h(install_harness: Build, slack_api: SlackApi, monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv(name, value)
     slack_api.requests.clear()
     slack_api.refused.clear()
-    ask = call(use("system_ask_user", {"question": "Refund or replace <@U0BOSS>?", "options": OPTIONS}))
+    question = {"question": "Refund or replace <@U0BOSS>?", "options": OPTIONS, "allow_free_text": True}
+    ask = call(use("system_ask_user", question))
     rules = {"rules": [{"tool": "gated", "decision": "ask"}], "default_decision": "ask"}
     calls = Calls()
     model = ScriptedModel.from_list([ask, say("noted")])
@@ -309,6 +310,23 @@ def test_type_an_answer_opens_the_modal_with_views_open(
     assert json.loads(view["private_metadata"]) == {"pendingId": pending, "responseUrl": replies.url}
     assert "Refund or replace &lt;@U0BOSS&gt;?" in json.dumps(view)  # from the pending item, escaped
     assert replies.posted == [] and decided(h, turn_id) == []  # opening changes nothing
+
+
+def test_a_typed_answer_to_a_question_that_takes_only_its_options_is_refused_in_the_modal(
+    h: Harness, slack_api: SlackApi, replies: ResponseUrls
+) -> None:
+    [config] = h.agents.configs.values()
+    only = {"question": "Refund or replace?", "options": OPTIONS}
+    h.engine.rt.model_for = lambda _c: ScriptedModel.from_list(
+        [call(use("system_ask_user", only)), say("ok")]
+    )
+    turn_id = h.engine.send_message(config.name, "my order arrived broken").turn_id
+    [item] = h.engine.outcome(turn_id).pending
+    view = open_modal(h, slack_api, item.pending_id, replies.url)
+    status, body = submit(h, view, "store credit")
+    assert status == 200 and body["response_action"] == "errors", body  # shown under the field
+    assert "takes one of its options" in body["errors"][blocks.ANSWER_BLOCK]
+    assert decided(h, turn_id) == [] and replies.posted == []  # nothing recorded: still open
 
 
 def test_the_submission_answers_as_the_slack_user(

@@ -41,15 +41,40 @@ from loopengine.domain.tokens.metering import DailyUsage, Metered
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 ApprovalScope = Literal["turn"]
+CLOSE_WAIT_SECONDS = 10.0
+"""How long :meth:`Engine.close` waits for the resumes in flight by default."""
 Trigger = Literal["message", "schedule"]
 
 
 class Engine:
-    """Start, resolve, resume, stop and inspect turns."""
+    """Start, resolve, resume, stop and inspect turns.
+
+    A context manager: ``with build_engine(...) as engine:`` ends with :meth:`close`.
+    """
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.sleep: Callable[[float], object] = threading.Event().wait  # long-poll pauses (real time)
+
+    def close(self, timeout: float = CLOSE_WAIT_SECONDS) -> bool:
+        """Wait up to ``timeout`` seconds for the work in flight, then close the stores.
+
+        The work in flight is what the invoker runs in this process: an invoker with a
+        ``close(timeout)`` method (``ThreadInvoker``) is asked to finish its resumes and take no
+        more. Returns whether it did; a resume still running then keeps its own store connection
+        (it is never closed under it) and what it leaves half done is the sweep's, as after a crash.
+        Closing twice is harmless; the engine refuses store work afterwards (``StoreError``).
+        """
+        drain = getattr(self.rt.invoker, "close", None)
+        idle = bool(drain(timeout)) if callable(drain) else True
+        self.rt.stores.close()
+        return idle
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def send_message(
         self,

@@ -35,7 +35,7 @@ class ThreadInvoker:
     invokes queue up and ``max_running`` daemon workers take them in order, so a sweep that finds
     a thousand due turns never starts a thousand threads. Nothing is dropped, and a turn already
     waiting in the queue is not queued twice (its resume claims it once anyway). ``join()`` waits
-    until everything invoked so far has run.
+    until everything invoked so far has run; ``close()`` does so too, then takes no more.
     """
 
     def __init__(self, resume: Callable[[str], object] | None = None, max_running: int = 8) -> None:
@@ -47,6 +47,7 @@ class ThreadInvoker:
         self._waiting: set[str] = set()
         self._workers = 0
         self._busy = 0
+        self._closed = False
         self._changed = threading.Condition()
 
     def invoke(self, turn_id: str, version: str | None = None) -> None:
@@ -54,6 +55,9 @@ class ThreadInvoker:
         if self.resume is None:
             raise RuntimeError("ThreadInvoker has no resume callback bound")
         with self._changed:
+            if self._closed:  # the turn stays due: the sweep carries it on (in a later process)
+                log.info("resume of %s not started: the invoker is closed", turn_id)
+                return
             if turn_id not in self._waiting:
                 self._waiting.add(turn_id)
                 self._queue.append(turn_id)
@@ -93,6 +97,21 @@ class ThreadInvoker:
         """Wait (up to ``timeout`` seconds) until everything invoked so far has run."""
         with self._changed:
             self._changed.wait_for(lambda: not self._queue and self._busy == 0, timeout)
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Wait up to ``timeout`` seconds for the work in flight, then take no more invokes.
+
+        A resume the work in flight invokes meanwhile (a hand-off) is waited for too. Returns
+        whether everything finished; a resume still running after ``timeout`` carries on on its
+        daemon thread, and a turn it leaves half done is the sweep's, as after a crash. An invoke
+        after ``close`` is dropped (logged): its turn stays due and the sweep finds it.
+        """
+        with self._changed:
+            idle = self._changed.wait_for(lambda: not self._queue and self._busy == 0, timeout)
+            self._closed = True
+            self._queue.clear()
+            self._waiting.clear()
+            return idle
 
 
 class RecordingInvoker:

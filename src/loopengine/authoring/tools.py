@@ -162,7 +162,12 @@ ASK_USER_SPEC: JsonDict = {
             "options": {
                 "type": "array",
                 "items": {"type": "string"},
-                "description": "Optional choices to offer.",
+                "description": "Optional choices to offer; the answer is one of them.",
+            },
+            "allow_free_text": {
+                "type": "boolean",
+                "description": "With options: whether the user may also answer in their own words "
+                "(default false).",
             },
         },
         "required": ["question"],

@@ -19,10 +19,12 @@ write makes the turn ready to resume (:func:`loopengine.domain.turn_state.ready`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Literal, TypedDict
 
 from loopengine.domain import outcomes
+from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.decisions import (
     Abandoned,
@@ -227,8 +229,31 @@ def approve(
     )
 
 
+def choices(item: PendingItem) -> list[str]:
+    """A question's options (the strings among what the model offered)."""
+    options = item.args.get("options")
+    return [o for o in options if isinstance(o, str)] if isinstance(options, list) else []
+
+
+def takes_free_text(item: PendingItem) -> bool:
+    """Whether a question may be answered in words: it has no options, or allows it (``allow_free_text``)."""
+    return not choices(item) or item.args.get("allow_free_text") is True
+
+
+def check_answer(item: PendingItem, text: str) -> None:
+    """A question with options takes one of them, unless it allows free text (``allow_free_text``).
+
+    Raises :class:`~loopengine.domain.base.errors.InvalidInput` naming the options (400 on every channel);
+    surrounding whitespace is ignored, case is not.
+    """
+    if takes_free_text(item) or text.strip() in {o.strip() for o in choices(item)}:
+        return
+    named = ", ".join(json.dumps(o, ensure_ascii=False) for o in choices(item))
+    raise InvalidInput(f"this question takes one of its options: {named}")
+
+
 def answer(cp: TurnCheckpoint, item: PendingItem, text: str, by: DecidedBy, at: float) -> TurnCheckpoint:
-    """Record the user's answer to a question."""
+    """Record the user's answer to a question (:func:`check_answer` first)."""
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
     return replace(
         cp,

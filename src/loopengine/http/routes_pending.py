@@ -12,7 +12,7 @@ from loopengine.app import api_models as m
 from loopengine.app import views
 from loopengine.app.request.resolution import Resolution
 from loopengine.domain.base import limits
-from loopengine.http import auth, root, web
+from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
 
@@ -80,5 +80,7 @@ def list_pending(
 def _reply(res: Resolution, wait: float | None) -> Response[m.ResolveOutcome]:
     resumes = not res.denied or res.resuming
     if wait and not res.already_resolved and res.outstanding == 0 and resumes and res.turn_id:
-        return web.reply(*views.turn_outcome(root.engine().wait(res.turn_id, wait, auth.current(router))))
+        engine = root.engine()
+        wait = budget.wait_seconds(wait, router.current_event, engine.now())  # counted from arrival
+        return web.reply(*views.turn_outcome(engine.wait(res.turn_id, wait, auth.current(router))))
     return web.reply(*views.resolution(res))

@@ -63,12 +63,13 @@ def post_message(
     prefer: Prefer = None,
 ) -> Response[m.TurnOutcome]:
     respond_async = "respond-async" in [p.split(";")[0].strip().lower() for p in (prefer or "").split(",")]
-    out = root.engine().send_message(
+    engine, context = root.engine(), router.lambda_context
+    out = engine.send_message(
         agent,
         body.message,
         session_id=body.sessionId or None,
         tenant=body.tenant or None,
-        budget_seconds=0.0 if respond_async else budget.seconds(router.lambda_context),
+        budget_seconds=0.0 if respond_async else budget.seconds(context, router.current_event, engine.now()),
         sender=auth.current(router),
         remaining_seconds=budget.remaining(router.lambda_context),
         live=body.live,
@@ -99,7 +100,9 @@ def turn_events(
     after: Annotated[int, Query(ge=0, le=10**9, description="the last seq seen (0: from the start)")] = 0,
     wait: Annotated[float, Query(ge=0, le=limits.MAX_WAIT_SECONDS, description="wait up to S seconds")] = 0.0,
 ) -> Response[m.TurnEvents]:
-    found = root.engine().events(turn_id, after, wait, auth.current(router))
+    engine = root.engine()
+    wait = budget.wait_seconds(wait, router.current_event, engine.now())  # counted from arrival
+    found = engine.events(turn_id, after, wait, auth.current(router))
     return web.reply(200, views.turn_events(*found))
 
 

@@ -56,7 +56,15 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="seconds a client has to send a whole request (default 10)",
     )
     dev.add_argument(
-        "--workers", type=int, default=4, help="concurrent execution environments (processes; default 4)"
+        "--workers", type=int, default=4, help="execution environments started at once (processes; default 4)"
+    )
+    dev.add_argument(
+        "--max-environments",
+        type=int,
+        default=32,
+        metavar="N",
+        help="the most environments run at once: more start while every one is busy (default 32; at "
+        "least --workers + 1); long-polls hold at most N - workers of them",
     )
     dev.add_argument(
         "--sweep-interval",
@@ -133,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
             if not math.isfinite(args.read_timeout) or args.read_timeout <= 0:
                 print("loopengine dev: --read-timeout must be more than 0", file=sys.stderr)
                 return 2
-            return serve(args.port, args.workers, args.sweep_interval, args.host, args.read_timeout)
+            return serve(
+                args.port,
+                args.workers,
+                args.sweep_interval,
+                args.host,
+                args.read_timeout,
+                max(args.max_environments, args.workers + 1),
+            )
         if args.command == "chat":
             return _chat(args)
         if args.command == "agents":

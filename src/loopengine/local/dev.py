@@ -10,17 +10,18 @@ side, and what it refuses before a handler runs, is :mod:`loopengine.local.dev_h
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import random
 import secrets
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, cast
 
 from loopengine.channels.inbox.csrf import SECRET_ENV as INBOX_SECRET_ENV
 from loopengine.local import dev_guard as guard
+from loopengine.local.dev_environments import DEFAULT_LIMIT as DEFAULT_LIMIT
+from loopengine.local.dev_environments import DEFAULT_MAX_WAITS
+from loopengine.local.dev_environments import Environments as Environments
+from loopengine.local.dev_environments import start_method as start_method
 from loopengine.local.dev_http import LISTEN_BACKLOG as LISTEN_BACKLOG
 from loopengine.local.dev_http import MAX_BODY_BYTES as MAX_BODY_BYTES
 from loopengine.local.dev_http import READ_TIMEOUT as READ_TIMEOUT
@@ -28,102 +29,6 @@ from loopengine.local.dev_http import Handler as Handler
 from loopengine.local.dev_http import LocalContext as LocalContext
 from loopengine.local.dev_http import make_server as make_server
 from loopengine.local.dev_http import to_event as to_event
-
-if TYPE_CHECKING:
-    from multiprocessing.pool import Pool
-
-    from aws_lambda_powertools.utilities.typing import LambdaContext
-
-
-def _ignore_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent server handles Ctrl-C
-    random.seed()  # forked: not the state of the process it was forked from (ids use ``secrets``)
-    from loopengine.http import api, root
-
-    assert api.handler is not None
-    root.engine()  # pay the cold start before the first request, like a provisioned environment
-
-
-def start_method() -> str:
-    """How environments start: forked from one warmed process where the platform can, else spawned.
-
-    ``forkserver`` (Linux, macOS): a server process imports :mod:`loopengine.local.dev_warm` once
-    and forks every environment from itself, so they start with the handler's modules and (when
-    turns call Anthropic) the model SDK loaded. ``spawn`` (elsewhere): each imports them itself.
-    """
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-
-
-def _invoke(event: dict[str, Any]) -> dict[str, Any]:
-    from loopengine.http import api
-
-    context = cast("LambdaContext", LocalContext())  # the attributes the handlers read, duck-typed
-    result: dict[str, Any] = api.handler(event, context)
-    return result
-
-
-def _sweep() -> tuple[int, int, int]:
-    """One sweep in this environment (its re-invoked resumes run on its background threads)."""
-    from loopengine.http import root
-
-    done = root.engine().sweep()
-    return done.expired, done.recovered, done.notified
-
-
-class Environments:
-    """Worker processes standing in for Lambda execution environments: one event each at a time.
-
-    Like Lambda, concurrency comes from more environments, not from threads in one: Powertools'
-    resolver keeps the current event in shared state, so one process must never run two requests
-    at once. Resumes run on background threads inside the environment that triggered them.
-    """
-
-    def __init__(self, count: int) -> None:
-        self._count = count
-        self._pool: Pool | None = None
-        self._failed: BaseException | None = None
-        self._ready = threading.Event()
-        # The forkserver loads dev_warm before the first fork (about half a second): the server
-        # listens meanwhile, and a request that comes first waits for its environment.
-        self._starting = threading.Thread(target=self._start, name="environments", daemon=True)
-        self._starting.start()
-
-    def _start(self) -> None:
-        try:
-            method = start_method()
-            context = multiprocessing.get_context(method)
-            if method == "forkserver":
-                context.set_forkserver_preload(["loopengine.local.dev_warm"])
-            self._pool = context.Pool(self._count, initializer=_ignore_interrupts)
-        except BaseException as exc:  # handed to the requests, which report it
-            self._failed = exc
-        finally:
-            self._ready.set()
-
-    @property
-    def pool(self) -> Pool:
-        """The environments, once started (raises what stopped them from starting)."""
-        self._ready.wait()
-        if self._pool is None:
-            raise RuntimeError(f"the environments did not start: {self._failed!r}") from self._failed
-        return self._pool
-
-    def __call__(self, event: dict[str, Any], _context: Any) -> dict[str, Any]:
-        """Run one event in a free environment (waits for one when all are busy)."""
-        result: dict[str, Any] = self.pool.apply(_invoke, (event,))
-        return result
-
-    def sweep(self, timeout: float) -> tuple[int, int, int]:
-        """Run one sweep in a free environment: (expired, recovered, notified)."""
-        result: tuple[int, int, int] = self.pool.apply_async(_sweep).get(timeout)
-        return result
-
-    def close(self) -> None:
-        """Stop every environment (background resumes in flight stop with them)."""
-        self._ready.wait()
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
 
 
 class Sweeper:
@@ -187,17 +92,25 @@ def prepare_env(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return notes
 
 
+def _max_waits(env: os._Environ[str]) -> int:
+    """``LOOPENGINE_MAX_WAITS`` as the handler reads it (malformed: the default; the handler refuses it)."""
+    raw = (env.get("LOOPENGINE_MAX_WAITS") or "").strip()
+    return int(raw) if raw.isdigit() and int(raw) >= 1 else DEFAULT_MAX_WAITS
+
+
 def serve(
     port: int,
     workers: int = 4,
     sweep_interval: float = 10.0,
     host: str = "127.0.0.1",
     read_timeout: float = READ_TIMEOUT,
+    max_environments: int = DEFAULT_LIMIT,
 ) -> int:
     """Run until interrupted; sweep every ``sweep_interval`` seconds (0: never).
 
     Listens on ``host`` and answers requests whose Host header is loopback or ``host``; a client
-    has ``read_timeout`` seconds to send each whole request.
+    has ``read_timeout`` seconds to send each whole request. ``workers`` environments start at
+    once, more when every one is busy, up to ``max_environments`` (see :class:`Environments`).
     """
     from loopengine.domain.base.timings import timings
 
@@ -211,7 +124,7 @@ def serve(
         if os.environ.get("LOOPENGINE_TABLE")
         else (f"SQLite {os.environ.get('LOOPENGINE_DB') or '.loopengine/loopengine.db'}")
     )
-    environments = Environments(workers)
+    environments = Environments(workers, max_environments, _max_waits(os.environ))
     try:
         server = make_server(port, environments, host=host, read_timeout=read_timeout)
     except OSError as exc:

@@ -53,9 +53,18 @@ class LocalContext:
 
 
 def to_event(
-    method: str, target: str, headers: dict[str, str], body: bytes, source_ip: str
+    method: str,
+    target: str,
+    headers: dict[str, str],
+    body: bytes,
+    source_ip: str,
+    arrived: float | None = None,
 ) -> dict[str, Any]:
-    """An API Gateway HTTP API v2 event for one request.
+    """An API Gateway HTTP API v2 event for one request, stamped with its arrival (default: now).
+
+    ``arrived`` (Unix seconds) becomes ``requestContext.timeEpoch``, from which the handler counts
+    the request's time budget: the server stamps a request when it arrives, before it queues for an
+    environment, as API Gateway stamps it before a cold start.
 
     Nothing is silently repaired: a text body that is not valid UTF-8 travels base64-encoded (as
     API Gateway sends binary), and a query string's invalid UTF-8 arrives as lone surrogates, so
@@ -66,7 +75,7 @@ def to_event(
     ctype = lowered.get("content-type", "application/json")
     is_text = not body or (any(ctype.startswith(t) for t in TEXT_TYPES) and _is_utf8(body))
     query = dict(parse_qsl(parts.query, keep_blank_values=True, errors="surrogateescape"))
-    now = time.time()  # noqa: TID251 - the event's timestamp, like API Gateway stamps it
+    now = time.time() if arrived is None else arrived  # noqa: TID251 - the stamp, as API Gateway's
     return {
         "version": "2.0",
         "routeKey": "$default",
@@ -129,6 +138,7 @@ class _Forward(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     settings: ClassVar[_Settings]
     reader: guard.DeadlineReader
+    arrived: float
 
     def setup(self) -> None:
         """Read the connection through a deadline (``read_timeout`` per request)."""
@@ -142,6 +152,7 @@ class _Forward(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def _serve(self) -> None:
+        self.arrived = time.time()  # noqa: TID251 - the request's arrival: its budget counts from here
         length, refusal = self._check()
         if refusal is not None:
             self._refuse(refusal)
@@ -179,7 +190,8 @@ class _Forward(BaseHTTPRequestHandler):
         return length, refusal
 
     def _forward(self, body: bytes) -> None:
-        event = to_event(self.command, self.path, dict(self.headers), body, self.client_address[0])
+        ip = self.client_address[0]
+        event = to_event(self.command, self.path, dict(self.headers), body, ip, self.arrived)
         try:
             result = self.settings.handler(event, LocalContext())
         except Exception as exc:  # the handler maps errors itself; this is a last resort

@@ -6,7 +6,7 @@ pay the imports once and start with them loaded (copy-on-write). It is the local
 SnapStart snapshot (:func:`loopengine.http.functions.snapstart.before_snapshot`), minus everything that holds
 a connection or a file: no engine, no store, no agent folder is touched here, because an open
 SQLite connection or socket must not be shared across a fork. Each environment builds its own
-engine when it starts (``dev._ignore_interrupts``).
+engine when it starts (``dev_environments._ignore_interrupts``).
 
 Loaded: the api handler and its routes' first-use modules, and the Anthropic SDK with one client
 made and dropped when turns here call Anthropic (a key is set and the model is not scripted: about

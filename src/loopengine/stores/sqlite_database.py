@@ -98,24 +98,41 @@ def compare_and_set(
     raise VersionConflict(f"{table} {row[key]} is not at version {expected}", current=current)
 
 
-def _close_all(connections: set[sqlite3.Connection]) -> None:
-    for conn in list(connections):
-        _release(conn, connections)
+Connections = dict[sqlite3.Connection, threading.RLock]
+"""Every open connection and the lock its thread holds while using it."""
 
 
-def _release(conn: sqlite3.Connection, connections: set[sqlite3.Connection]) -> None:
-    connections.discard(conn)
+def _close_all(connections: Connections) -> None:
+    """Close every connection no thread is using; one in use is left to its own thread."""
+    for conn, lock in list(connections.items()):
+        if lock.acquire(blocking=False):
+            try:
+                _release(conn, connections)
+            finally:
+                lock.release()
+
+
+def _release(conn: sqlite3.Connection, connections: Connections) -> None:
+    connections.pop(conn, None)
     with suppress(sqlite3.Error):
         conn.close()
 
 
 class _ThreadConnection:
-    """Held in one thread's local storage: when the thread ends it is dropped, closing ``conn``."""
+    """One thread's connection, kept in that thread's local storage, and the lock its use holds.
 
-    __slots__ = ("__weakref__", "conn")
+    The thread holds ``lock`` while it uses ``conn``; :meth:`SqliteDatabase.close` closes only a
+    connection whose lock it can take at once, so it never closes one in the middle of a statement
+    (that crashes the interpreter). A connection left open then is closed by its own thread: at its
+    next use (which finds the database closed) or when the thread ends and drops it.
+    """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    __slots__ = ("__weakref__", "conn", "depth", "lock")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
         self.conn = conn
+        self.lock = lock
+        self.depth = 0  # uses in progress on the owning thread (a read inside a write: 2)
 
 
 class SqliteDatabase:
@@ -123,8 +140,10 @@ class SqliteDatabase:
 
     The parent directory is created if missing. ``":memory:"`` and ``""`` are refused: every
     connection (so every thread) would get its own private database. Call :meth:`close` (or use
-    ``with``) to close every connection opened through this object; anything left open is closed
-    when the object is garbage-collected.
+    ``with``) to close the connections opened through this object; anything left open is closed
+    when the object is garbage-collected. Nothing is closed at interpreter exit: threads still
+    running then (a daemon resume) keep their connections, and the operating system releases the
+    file with the process (every committed write is already in the file or its write-ahead log).
     """
 
     def __init__(self, path: str, busy_timeout: float = 10.0) -> None:
@@ -134,9 +153,10 @@ class SqliteDatabase:
         self._busy_timeout = busy_timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._connections: set[sqlite3.Connection] = set()
+        self._connections: Connections = {}
         self._closed = False
         self._finalizer = weakref.finalize(self, _close_all, self._connections)
+        self._finalizer.atexit = False  # at exit other threads may be mid-statement: leave them be
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -147,14 +167,36 @@ class SqliteDatabase:
 
     def connection(self) -> sqlite3.Connection:
         """Return this thread's connection, opened on first use and closed when the thread ends."""
+        return self._held().conn
+
+    def _held(self) -> _ThreadConnection:
         held: _ThreadConnection | None = getattr(self._local, "held", None)
         if self._closed:
+            if held is not None and not held.depth:  # left open by close(): its own thread closes it
+                self._local.held = None
+                with held.lock:
+                    _release(held.conn, self._connections)
             raise StoreError(f"the SQLite database {self.path} is closed")
         if held is None:
-            held = _ThreadConnection(self._connect())
-            weakref.finalize(held, _release, held.conn, self._connections)
+            held = _ThreadConnection(self._connect(), threading.RLock())
+            with self._lock:
+                self._connections[held.conn] = held.lock
+            weakref.finalize(held, _release, held.conn, self._connections).atexit = False
             self._local.held = held
-        return held.conn
+        return held
+
+    @contextmanager
+    def _use(self) -> Iterator[sqlite3.Connection]:
+        """The calling thread's connection, held (so :meth:`close` leaves it open) until the block ends."""
+        held = self._held()
+        with held.lock:
+            if self._closed:  # closed between the check above and the lock
+                raise StoreError(f"the SQLite database {self.path} is closed")
+            held.depth += 1
+            try:
+                yield held.conn
+            finally:
+                held.depth -= 1
 
     def _connect(self) -> sqlite3.Connection:
         with self._lock:
@@ -167,7 +209,6 @@ class SqliteDatabase:
                     isolation_level=None,
                     check_same_thread=False,  # only so close() may run on another thread
                 )
-                self._connections.add(conn)
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.Error as exc:
@@ -180,28 +221,29 @@ class SqliteDatabase:
 
         Domain errors raised inside pass through unchanged; sqlite errors become ``StoreError``.
         """
-        conn = self.connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError("could not start a write transaction") from exc
-        try:
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"SQLite write failed: {exc}") from exc
-            raise
+        with self._use() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError("could not start a write transaction") from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"SQLite write failed: {exc}") from exc
+                raise
 
     def bodies(self, sql: str, params: Sequence[Any] = ()) -> list[JsonDict]:
         """Run one read (a consistent snapshot on its own) selecting ``body``; parse each row."""
-        try:
-            rows = self.connection().execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite read failed: {exc}") from exc
+        with self._use() as conn:
+            try:
+                rows = conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite read failed: {exc}") from exc
         return [loads(body) for (body,) in rows]
 
     def body(self, sql: str, params: Sequence[Any] = ()) -> JsonDict | None:
@@ -210,7 +252,11 @@ class SqliteDatabase:
         return rows[0] if rows else None
 
     def close(self) -> None:
-        """Close every connection this object opened; later use raises ``StoreError``."""
+        """Close the connections this object opened; later use raises ``StoreError``.
+
+        It never waits and never closes a connection another thread is using at that moment: that
+        thread closes its own, at its next use or when it ends.
+        """
         with self._lock:
             self._closed = True
             self._finalizer()

@@ -208,7 +208,8 @@ def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider)
     found = _find(rt, pending_id, "question", decider)
     if isinstance(found, Resolution):
         return found
-    cp, _item, turn = found
+    cp, item, turn = found
+    cps.check_answer(item, answer)  # one of its options, unless it allows free text: else 400
     now, by = rt.stores.clock.now(), decider.decided_by()
     event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by.fields())
     answered = _decide(rt, turn, cp, pending_id, lambda c, i: cps.answer(c, i, answer, by, now), event)

@@ -21,6 +21,7 @@ from typing import Any
 from loopengine.app.request.items import ItemView
 from loopengine.authoring.tools import Tool
 from loopengine.channels.magic import form as forms
+from loopengine.domain.checkpoint import takes_free_text
 from loopengine.domain.decisions import Approve
 from loopengine.domain.fate import FateState
 from loopengine.domain.principals import Principal
@@ -143,6 +144,7 @@ class Card:
     other_args_json: str | None = None
     question: str = ""
     options: tuple[str, ...] = ()
+    free_text: bool = True
     attempt: Attempt | None = None
     server: str | None = None
     """The MCP server the tool belongs to (None for the agent's own tools)."""
@@ -198,6 +200,7 @@ def card(
         other_args_json=pretty(others) if declared and others else None,
         question=question if isinstance(question, str) else item.reason,
         options=tuple(str(o) for o in options) if isinstance(options, list) else (),
+        free_text=takes_free_text(item),
         attempt=attempt,
         server=view.mcp.server if view.mcp is not None else None,
         server_tool=view.mcp.tool if view.mcp is not None else None,

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from loopengine.authoring.tools import Tool
 from loopengine.channels.magic.form import ClosedState, Field, fields, shown, when
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint, takes_free_text
 
 MULTILINE_AFTER = 80
 
@@ -271,14 +271,16 @@ def question_form(
             for c in choices
         )
         parts.append(f'<div class="actions">{buttons}</div>')
-    parts.append(
-        f'<label for="answer">Your answer</label><textarea id="answer" name="answer" rows="3">\n{e(answer)}'
-        "</textarea>"
-    )
-    parts.append(
-        '<div class="actions"><button class="approve" type="submit" name="decision" value="answer">'
-        "Send answer</button></div></form>"
-    )
+    if takes_free_text(item):  # else one of the options is the answer (checkpoint.check_answer)
+        parts.append(
+            '<label for="answer">Your answer</label>'
+            f'<textarea id="answer" name="answer" rows="3">\n{e(answer)}</textarea>'
+        )
+        parts.append(
+            '<div class="actions"><button class="approve" type="submit" name="decision" value="answer">'
+            "Send answer</button></div>"
+        )
+    parts.append("</form>")
     return document("The agent has a question", "\n".join(parts), "form")
 
 

@@ -3,7 +3,8 @@
     from loopengine.channels.redis.consume import RedisQueue, Verdict, consume_once, connect
     from loopengine.channels.redis.resolve import ApiResolver, basic_auth
 
-    queue = RedisQueue(connect(os.environ["LOOPENGINE_REDIS_URL"]), "loopengine:approvals")
+    secret = os.environ["LOOPENGINE_REDIS_SECRET"]      # the notifier's secret_env: entries are signed
+    queue = RedisQueue(connect(os.environ["LOOPENGINE_REDIS_URL"]), "loopengine:approvals", secret=secret)
     api = ApiResolver("http://127.0.0.1:8787", basic_auth(os.environ["LOOPENGINE_ADMIN_AUTH"]))
 
     def decide(entry):                       # your policy, a UI, a ticket system ...
@@ -18,11 +19,14 @@
 
 Or :func:`run` (the same loop, with a stop flag and backoff), or from a terminal, deciding each
 item by hand: ``python -m loopengine.channels.redis.consume --api http://127.0.0.1:8787`` (reads
-``LOOPENGINE_REDIS_URL`` and ``LOOPENGINE_API_AUTH`` = ``user:password``).
+``LOOPENGINE_REDIS_URL``, ``LOOPENGINE_REDIS_SECRET`` and ``LOOPENGINE_API_AUTH`` = ``user:password``).
 
 **What one step does** (:func:`consume_once`): pop one entry (``BLPOP`` on a list; on a stream,
-``XREADGROUP`` in the consumer group, this consumer's unacknowledged entries first); drop it when
-it is unreadable, announces no pending item (``run_start`` / ``run_finish``) or is a duplicate;
+``XREADGROUP`` in the consumer group, this consumer's unacknowledged entries first); verify its
+signature (:mod:`loopengine.channels.redis.signed`) and drop it, unread, as ``forged`` when it is
+unsigned, signed with another secret, altered, or signed more than ``tolerance`` seconds (a week)
+away from now; drop it when it is unreadable, announces no pending item (``run_start`` /
+``run_finish``) or is a duplicate;
 else ask ``decide`` and send its verdict (:class:`~loopengine.channels.redis.resolve.ApiResolver`);
 then mark its ``eventId`` seen and acknowledge it.
 
@@ -48,16 +52,20 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from loopengine.channels.redis.resolve import ApiResolver, Entry, ResolveError, Verdict, basic_auth
 from loopengine.channels.redis.send import DEFAULT_KEY, Mode
+from loopengine.channels.redis.signed import opened
+from loopengine.channels.signing import WebhookVerificationError
 
 SEEN_TTL_SECONDS = 7 * 24 * 3600
 MAX_BLOCK_SECONDS = 25.0
 """The longest a pop blocks; :func:`connect`'s socket timeout is a little longer."""
-Outcome = Literal["resolved", "already_resolved", "left", "refused", "duplicate", "not_pending", "malformed"]
+Outcome = Literal[
+    "resolved", "already_resolved", "left", "refused", "duplicate", "not_pending", "malformed", "forged"
+]
 Decide = Callable[[Entry], Verdict | None]
 
 __all__ = ["ApiResolver", "Entry", "Handled", "RedisQueue", "ResolveError", "Verdict", "consume_once", "run"]
@@ -78,17 +86,25 @@ class RedisQueue:
         client: Any,
         key: str = DEFAULT_KEY,
         *,
+        secret: str,
         mode: Mode = "list",
         group: str = "loopengine",
         consumer: str = "worker-1",
         seen_ttl: int = SEEN_TTL_SECONDS,
+        tolerance: int | None = None,
     ) -> None:
         """Read ``key`` (a list, or a stream in consumer group ``group`` as ``consumer``) with ``client``.
 
         ``client`` is a ``redis.Redis`` whose socket timeout is longer than the pops (:func:`connect`).
+        ``secret`` is the notifier's signing secret (its ``secret_env``); an entry signed more than
+        ``tolerance`` seconds from now (default ``seen_ttl``: what is remembered as handled) is refused.
         """
         if mode not in ("list", "stream"):
             raise ValueError("mode is list or stream")
+        if not secret:
+            raise ValueError("the consumer needs the notifier's signing secret: entries are signed")
+        self._secret = secret
+        self.tolerance = seen_ttl if tolerance is None else tolerance
         self.client, self.key, self.mode = client, key, mode
         self.group, self.consumer, self.seen_ttl = group, consumer, seen_ttl
         self._group_ready = False
@@ -98,15 +114,24 @@ class RedisQueue:
         block = min(max(timeout, 0.001), MAX_BLOCK_SECONDS)
         if self.mode == "list":
             popped = self.client.blpop([self.key], timeout=block)
-            return None if popped is None else Entry.parse(popped[1])
+            return None if popped is None else self._verified(popped[1])
         self._ensure_group()
         for start, wait in (("0", None), (">", max(1, int(block * 1000)))):
             found = self.client.xreadgroup(self.group, self.consumer, {self.key: start}, count=1, block=wait)
             for _stream, messages in found or ():
                 for stream_id, fields in messages:
                     ident = stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
-                    return Entry.parse((fields or {}).get(b"body", b""), ident)
+                    fields = fields or {}
+                    return self._verified(fields.get(b"body", b""), ident, fields.get(b"signature", b""))
         return None
+
+    def _verified(self, raw: bytes, stream_id: str | None = None, signature: bytes | None = None) -> Entry:
+        """The entry, read only when its signature verifies; else a ``forged`` entry that decides nothing."""
+        try:
+            body = opened(self._secret, raw, signature, tolerance=self.tolerance)
+        except WebhookVerificationError as exc:
+            return Entry({}, raw, stream_id, f"refused: {exc.reason}: {exc}", forged=True)
+        return replace(Entry.parse(body, stream_id), raw=raw)
 
     def _ensure_group(self) -> None:
         """Create the consumer group (reading from the stream's start) unless it exists."""
@@ -163,7 +188,11 @@ def consume_once(queue: RedisQueue, api: ApiResolver, decide: Decide, timeout: f
     if entry.problem is not None or not entry.pending_id or queue.seen(entry):
         queue.done(entry)
         skipped: Outcome = (
-            "malformed" if entry.problem else "not_pending" if not entry.pending_id else "duplicate"
+            ("forged" if entry.forged else "malformed")
+            if entry.problem
+            else "not_pending"
+            if not entry.pending_id
+            else "duplicate"
         )
         return Handled(entry, skipped)
     try:
@@ -251,10 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="handle one entry (or wait 5 s), then exit")
     args = parser.parse_args(argv)
     url, auth = os.environ.get("LOOPENGINE_REDIS_URL", ""), os.environ.get("LOOPENGINE_API_AUTH", "")
-    if not url or ":" not in auth:
-        print("set LOOPENGINE_REDIS_URL and LOOPENGINE_API_AUTH (user:password)", file=sys.stderr)
+    secret = os.environ.get("LOOPENGINE_REDIS_SECRET", "")
+    if not url or ":" not in auth or not secret:
+        print(
+            "set LOOPENGINE_REDIS_URL, LOOPENGINE_REDIS_SECRET (the notifier's signing secret) and "
+            "LOOPENGINE_API_AUTH (user:password)",
+            file=sys.stderr,
+        )
         return 2
-    queue = RedisQueue(connect(url), args.key, mode=args.mode)
+    queue = RedisQueue(connect(url), args.key, mode=args.mode, secret=secret)
     api = ApiResolver(args.api, basic_auth(auth), wait=10)
 
     def show(what: Handled | ResolveError) -> None:

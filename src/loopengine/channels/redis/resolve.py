@@ -56,6 +56,8 @@ class Entry:
     raw: bytes
     stream_id: str | None = None
     problem: str | None = None
+    forged: bool = False
+    """Its signature did not verify (or it had none): ``problem`` says why; it decides nothing."""
 
     @staticmethod
     def parse(raw: bytes, stream_id: str | None = None) -> Entry:

@@ -8,18 +8,23 @@
         mode: list                         # list (RPUSH, the default) | stream (XADD)
         maxlen: 10000                      # stream only: trim to about this many entries
         timeout: 2                         # seconds, connect and each command (default 2, at most 10)
+        secret_env: LOOPENGINE_REDIS_SECRET  # required: the variable holding the signing secret
       events: [approval, question]
 
-**The entry** is the webhook's JSON body, byte for byte (``{"event": ..., "eventId": ...,
-"pendingId": ..., ...}``, compact; :func:`~loopengine.channels.base.notification_body`), so one
-receiver can read any channel. A consumer resolves through the normal routes
+**The entry** is the webhook's JSON body (``{"event": ..., "eventId": ..., "pendingId": ..., ...}``,
+compact; :func:`~loopengine.channels.base.notification_body`), so one receiver can read any channel,
+**signed** like a webhook with the secret ``secret_env`` names (required: anyone who can write to the
+key could otherwise push an entry): a list entry ends with one more member, ``"signature":
+"t=...,v1=..."``, a stream entry has a ``signature`` field beside ``body``
+(:mod:`loopengine.channels.redis.signed`). The consumer refuses what it cannot verify. A consumer
+resolves through the normal routes
 (``POST /pending-approvals/{pendingId}/resolve``, ``POST /pending-questions/{pendingId}/answer``) with
 its own credentials: :mod:`loopengine.channels.redis.consume` is one, with a worked example.
 
 **List or stream.** ``mode: list`` (the default) pushes (``RPUSH``) the body: the simplest thing a worker
 can ``BLPOP``, in order, but a pop is destructive (a worker that dies mid-item loses the entry, not
 the item: it stays open and listed by ``GET /pending-approvals``). ``mode: stream`` adds (``XADD``) the
-fields ``event``, ``eventId`` and ``body`` (the same JSON) and keeps the entry until trimmed
+fields ``event``, ``eventId``, ``body`` (the same JSON) and ``signature`` and keeps the entry until trimmed
 (``maxlen``, approximate ``MAXLEN ~``): readers use consumer groups with acknowledgements, several
 groups can read the same entries, and nothing is lost to a crashed worker.
 
@@ -64,6 +69,8 @@ from loopengine.app.ports import Notification
 from loopengine.authoring.agent_schema import EVENTS
 from loopengine.channels import http
 from loopengine.channels.base import notification_body, setting
+from loopengine.channels.redis.signed import sealed
+from loopengine.domain.base.clock import Clock, SystemClock
 from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 if TYPE_CHECKING:
@@ -77,7 +84,10 @@ DEFAULT_TIMEOUT = 2.0
 MAX_TIMEOUT = 10.0
 MAX_KEY_CHARS = 512
 Mode = Literal["list", "stream"]
-KNOWN_KEYS = frozenset({"url", "url_env", "key", "mode", "maxlen", "timeout", "plaintext"})
+KNOWN_KEYS = frozenset(
+    {"url", "url_env", "key", "mode", "maxlen", "timeout", "plaintext", "secret", "secret_env"}
+)
+"""(``secret`` only to be told where it belongs: in the environment, named by ``secret_env``.)"""
 
 _clients: dict[tuple[str, float], redis.Redis] = {}
 _clients_lock = threading.Lock()
@@ -128,13 +138,15 @@ class RedisNotifier:
         maxlen: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         plaintext: bool = False,
+        secret: str,
+        clock: Clock | None = None,
     ) -> None:
-        """Target ``key`` on the Redis at ``url``.
+        """Target ``key`` on the Redis at ``url``, signing each entry with ``secret`` at ``clock`` time.
 
         Raises :class:`~loopengine.domain.base.errors.ConfigError` for a URL that is not ``redis://`` or
         ``rediss://`` with a host, carries a query, or is plain ``redis://`` to a host that is not
         loopback without ``plaintext``; for an empty or overlong key, an unknown mode, ``maxlen``
-        outside stream mode or not positive, and a timeout outside (0, 10].
+        outside stream mode or not positive, a timeout outside (0, 10], and an empty secret.
         """
         parts = http.split_url(url, "notifier redis: url", ConfigError)
         if parts.scheme not in ("redis", "rediss") or not parts.hostname:
@@ -160,11 +172,17 @@ class RedisNotifier:
             raise ConfigError("notifier redis: maxlen is a positive number of entries, for mode: stream")
         if not 0 < timeout <= MAX_TIMEOUT:
             raise ConfigError(f"notifier redis: timeout must be more than 0 and at most {MAX_TIMEOUT:g}")
+        if not isinstance(secret, str) or not secret:
+            raise ConfigError(
+                "notifier redis: secret_env must name a set environment variable holding the secret "
+                "every entry is signed with (the consumer verifies it)"
+            )
         self._url = url
         self._password = parts.password
         self.key, self.mode, self.maxlen, self.timeout = key, mode, maxlen, timeout
         self.server = server_of(parts)
         self.tls = parts.scheme == "rediss"
+        self._secret, self._clock = secret, clock or SystemClock()
 
     def __repr__(self) -> str:
         """The server, key and mode (never the URL: it may hold a password)."""
@@ -181,19 +199,21 @@ class RedisNotifier:
         if notification.event not in EVENTS:
             raise DeliveryError(f"{where}: unknown notification event {notification.event!r}")
         body = notification_body(notification)
+        signed, signature = sealed(self._secret, body, int(self._clock.now()))
         try:
             client = client_for(self._url, self.timeout)
             if self.mode == "list":
-                client.rpush(self.key, body)
+                client.rpush(self.key, signed)
                 return where
             fields: dict[Any, Any] = {
                 "event": notification.event,
                 "eventId": str(notification.payload.get("eventId") or ""),
                 "body": body,
+                "signature": signature,
             }
             entry = client.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
         except Exception as exc:  # redis-py's errors (imported lazily) and socket errors alike
-            message = http.scrub(f"{type(exc).__name__}: {exc}", self._password, url=self._url)
+            message = http.scrub(f"{type(exc).__name__}: {exc}", self._password, self._secret, url=self._url)
             raise DeliveryError(f"{where}: push failed: {message}") from exc
         return f"{where} (entry {_text(entry)})"
 
@@ -227,9 +247,11 @@ def _mode(value: Any) -> Mode:
 
 
 def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> RedisNotifier:
-    """``{url | url_env (default LOOPENGINE_REDIS_URL), key?, mode?, maxlen?, timeout?, plaintext?}``.
+    """``{url | url_env, secret_env, key?, mode?, maxlen?, timeout?, plaintext?}``.
 
-    An inline ``url`` with a password is refused: the password belongs in the environment.
+    ``url_env`` defaults to LOOPENGINE_REDIS_URL. An inline ``url`` with a password is refused: the
+    password belongs in the environment; so does the signing secret (``secret_env`` must name a set
+    variable).
     """
     _check_keys(config)
     inline = config.get("url")
@@ -255,4 +277,14 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
         maxlen=None if maxlen is None else int(maxlen),
         timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
         plaintext=plaintext,
+        secret=_signing_secret(config, env),
+        clock=clock,
     )
+
+
+def _signing_secret(config: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The value of the variable ``secret_env`` names ("" when unset: the notifier refuses it)."""
+    if "secret" in config:
+        raise ConfigError("notifier redis: put secret in the environment and name it with secret_env")
+    named = config.get("secret_env")
+    return env.get(named, "") if isinstance(named, str) else ""
