@@ -36,9 +36,10 @@ NOT_AT_IMPORT = (
     "loopengine.models.anthropic",
     "loopengine.local",
 )
-OURS_BUDGET = {"handlers.api": 90, "handlers.resume": 75, "handlers.schedule": 75}
+OURS_BUDGET = {"handlers.api": 90, "handlers.resume": 76, "handlers.schedule": 76}
 """At most this many of the project's own modules per handler import (85, 71, 71 when written; 107 for
-the api before its channel routes loaded their code on first use)."""
+the api before its channel routes loaded their code on first use; +1 for authoring/mcp_transport.py,
+agent.yaml's MCP transport keys, when stdio servers came)."""
 OTHERS_BUDGET = 10
 """At most this many other modules beyond the floor (5 or 6 when written: difflib, gc, pieces of
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""

@@ -21,7 +21,7 @@ from loopengine.domain.errors import ConfigError
 from loopengine.domain.timings import TIMINGS as TIMINGS
 from loopengine.domain.timings import timings as timings
 from loopengine.mcp.agents import McpAgents
-from loopengine.mcp.client import HttpMcpConnector
+from loopengine.mcp.client import McpClient
 
 if TYPE_CHECKING:
     from loopengine.app.engine import Engine
@@ -126,7 +126,7 @@ def build_runtime(
     clock = clock or SystemClock()
     registry = registry or AgentRegistry.from_env(env)
     tuned = timings(env)
-    mcp = HttpMcpConnector(env)
+    mcp = McpClient(env)
     return Runtime(
         stores=stores or open_stores(env, clock),
         agents=McpAgents(registry, mcp),
