@@ -52,13 +52,17 @@ MAX_ERROR_CHARS = 300
 
 
 class McpClient:
-    """List and call MCP tools over each server's transport (``env``: header and ``env_from`` variables)."""
+    """List and call MCP tools over each server's transport (``env``: header and ``env_from`` variables).
+
+    ``connect_timeout`` / ``timeout`` override the HTTP servers' own (``--check``'s short wait for a
+    remote server that may be down); a stdio server keeps its own: a missing program fails at once,
+    and a present one takes the seconds its interpreter needs to start.
+    """
 
     def __init__(
         self, env: Mapping[str, str], *, connect_timeout: float | None = None, timeout: float | None = None
     ) -> None:
         self._env = env
-        self._timeouts = {"connect_timeout": connect_timeout, "timeout": timeout}
         self.http = HttpMcpConnector(env, connect_timeout=connect_timeout, timeout=timeout)
         self._stdio: StdioMcpConnector | None = None
 
@@ -68,7 +72,7 @@ class McpClient:
         if self._stdio is None:
             from loopengine.mcp.stdio import StdioMcpConnector
 
-            self._stdio = StdioMcpConnector(self._env, **self._timeouts)
+            self._stdio = StdioMcpConnector(self._env)
         return self._stdio
 
     def list_tools(self, server: McpServer) -> list[ListedTool]:
