@@ -35,7 +35,8 @@ from loopengine.domain.turns import TurnStatus
 from tests.agent_folders import write_agent
 from tests.dev_support import DevProcess, admin_env, free_port, request
 
-pytestmark = pytest.mark.xdist_group("mcp")
+# One worker runs them (the MCP loop and the SDK are loaded once), beside the HTTP ones' worker
+pytestmark = pytest.mark.xdist_group("mcp-stdio")
 
 ROOT = Path(__file__).resolve().parent.parent
 ALICE = Decider("user:alice", "test")
@@ -129,7 +130,7 @@ def make(tmp_path: Path, agents: Path) -> Iterator[Make]:
 
     def build(**extra: str) -> Engine:
         env = {"LOOPENGINE_DB": str(tmp_path / "stdio.db"), "LOOPENGINE_MODEL": "scripted"}
-        env.update({"TILL_SECRET": SECRET, "PYTHONPATH": str(ROOT), **extra})
+        env.update({"TILL_SECRET": SECRET, **extra})
         engine = build_engine({k: v for k, v in env.items() if v}, registry=AgentRegistry(None, [agents]))
         built.append(engine)
         return engine
