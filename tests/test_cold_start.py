@@ -38,12 +38,13 @@ NOT_AT_IMPORT = (
     "loopengine.models.anthropic",
     "loopengine.local",
 )
-OURS_BUDGET = {"handlers.api": 112, "handlers.resume": 92, "handlers.schedule": 92}
+OURS_BUDGET = {"handlers.api": 113, "handlers.resume": 93, "handlers.schedule": 93}
 """At most this many of the project's own modules per handler import (85, 71, 71 when written; 107 for
 the api before its channel routes loaded their code on first use; 102 once app/ was split into
 request/ and worker/, domain/ gained base/ and the channels' routes moved into their packages (package
 modules); the model bill, issue 27, added about 7 to each handler: usage, metering, the context
-window, compaction, the /usage route, and the packages that hold them)."""
+window, compaction, the /usage route, and the packages that hold them; +1 for
+authoring/mcp_transport.py, agent.yaml's MCP transport keys, when stdio servers came)."""
 OTHERS_BUDGET = 10
 """At most this many other modules beyond the floor (5 or 6 when written: difflib, gc, pieces of
 Powertools and pydantic; the workers' asyncio, about 25 modules, was over it)."""

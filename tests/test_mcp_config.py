@@ -15,6 +15,7 @@ import pytest
 
 from loopengine.authoring.mcp import McpServer, McpServerModel, schema_hash
 from loopengine.authoring.registry import AgentRegistry
+from tests.agent_folders import write_agent
 from tests.mcp_support import RULES, TOKEN, BillingServer, write_billing_agent
 
 URL = "http://127.0.0.1:9/mcp"
@@ -188,3 +189,67 @@ def test_check_lists_the_servers_and_warns_when_one_does_not_answer(tmp_path: Pa
     assert done.returncode == 0 and "OK: 2 agent(s) valid" in done.stdout
     assert "warning: agents/billing_desk/agent.yaml: the billing MCP server is unreachable" in done.stderr
     assert TOKEN.split()[1] not in done.stdout + done.stderr
+
+
+STDIO = """\
+name: clock
+model: test-model
+system: You tell the time.
+mcp_servers:
+  - name: time
+{entry}"""
+
+
+def stdio_problems(tmp_path: Path, entry: str) -> list[str]:
+    write_agent(tmp_path, "clock", agent=STDIO.format(entry=entry), rules=None, tools="TOOLS = []\n")
+    (status,) = AgentRegistry(None, [tmp_path]).check()
+    return [f"{Path(p.file).name}:{p.line}: {p.message}" for p in status.problems]
+
+
+def test_a_stdio_server_loads_and_its_snapshot_keeps_the_command(tmp_path: Path) -> None:
+    entry = (
+        "    command: [mcp-server-time, --local-timezone, UTC]\n"
+        "    env: {TZ: UTC}\n    env_from: {API_KEY: TIME_KEY}\n    tools: [get_current_time]\n"
+    )
+    assert stdio_problems(tmp_path, entry) == []
+    (server,) = AgentRegistry(None, [tmp_path]).get("clock").mcp_servers
+    assert (server.url, server.command) == ("", ("mcp-server-time", "--local-timezone", "UTC"))
+    assert (server.env, server.env_from) == ((("TZ", "UTC"),), (("API_KEY", "TIME_KEY"),))
+    assert (server.timeout, server.connect_timeout) == (15.0, 15.0)  # a Python server starts slowly
+    snapshot = server.to_dict()
+    assert snapshot["env_from"] == {"API_KEY": "TIME_KEY"} and McpServer.from_dict(snapshot) == server
+    http = McpServer.from_model(McpServerModel.model_validate({"name": "billing", "url": URL}))
+    assert "command" not in http.to_dict()  # an HTTP server's snapshot (and config hash) is as before
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("    tools: [x]\n", "agent.yaml:5: mcp_servers[0]: needs exactly one of url"),
+        (f"    url: {URL}\n    command: [srv]\n", "agent.yaml:5: mcp_servers[0]: needs exactly one of url"),
+        (
+            "    command: mcp-server-time\n",
+            "agent.yaml:6: mcp_servers[0].command: input should be a valid list",
+        ),
+        ("    command: []\n", "agent.yaml:6: mcp_servers[0].command: list should have at least 1 item"),
+        (
+            "    command: [srv]\n    headers_env: {Authorization: T}\n",
+            "agent.yaml:5: mcp_servers[0]: headers_env is for a url server",
+        ),
+        (
+            f"    url: {URL}\n    env: {{A: b}}\n",
+            "agent.yaml:5: mcp_servers[0]: env and env_from are for a command",
+        ),
+        (
+            "    command: [srv]\n    env: {A: b}\n    env_from: {A: B}\n",
+            "agent.yaml:5: mcp_servers[0]: A is set by both env and env_from",
+        ),
+        (
+            "    command: [srv]\n    env_from: {A: 1x}\n",
+            "agent.yaml:7: mcp_servers[0].env_from.A: string should match",
+        ),
+    ],
+)
+def test_a_malformed_stdio_entry_is_refused_at_its_line(tmp_path: Path, entry: str, expected: str) -> None:
+    found = stdio_problems(tmp_path, entry)
+    assert len(found) == 1 and found[0].startswith(expected), found

@@ -21,7 +21,7 @@ from loopengine.domain.base.errors import ConfigError
 from loopengine.domain.base.timings import TIMINGS as TIMINGS
 from loopengine.domain.base.timings import timings as timings
 from loopengine.mcp.agents import McpAgents
-from loopengine.mcp.client import HttpMcpConnector
+from loopengine.mcp.client import McpClient
 
 if TYPE_CHECKING:
     from loopengine.app.engine import Engine
@@ -164,7 +164,7 @@ def build_runtime(
     clock = clock or SystemClock()
     registry = registry or AgentRegistry.from_env(env)
     tuned = timings(env)
-    mcp = HttpMcpConnector(env)
+    mcp = McpClient(env)
     return Runtime(
         stores=stores or open_stores(env, clock),
         agents=McpAgents(registry, mcp),

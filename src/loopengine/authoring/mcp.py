@@ -16,23 +16,24 @@ tool's hash is still the pinned one; otherwise the call is answered, not run:
     McpToolFailed    the server ran the tool and it reported an error: an ``error`` outcome
     ToolOutcomeUnknown (domain)  the request was sent and no answer came: ``unknown``, never re-run
 
-Header values come from environment variables named in ``headers_env`` and are read at call time;
-they are never part of a snapshot, a message, a log line or an audit event.
+A server is reached over streamable HTTP (``url``) or started as a child process spoken to over
+stdio (``command``); :mod:`loopengine.authoring.mcp_transport` checks those keys. Header values
+(``headers_env``) and a child's secret variables (``env_from``) come from environment variables read
+at call time; they are never part of a snapshot, a message, a log line or an audit event.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
-from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from loopengine.authoring.mcp_transport import Command, EnvName, Headers, Url, transport_problem
 from loopengine.authoring.tools import ASK_USER, Tool, ToolFn
 from loopengine.domain.base.errors import LoopengineError
 from loopengine.domain.base.jsontypes import JsonDict
@@ -50,11 +51,6 @@ MAX_TIMEOUT = 300.0
 GRACE = 2.0
 """An MCP tool's own ``timeout`` is its server's plus this: the client's deadline comes first, so it
 can tell "never sent" (not run) from "sent, no answer" (unknown) before the runner gives up."""
-RESERVED_HEADERS = ("host", "content-length", "content-type", "accept", "connection", "transfer-encoding")
-"""Headers the transport sets itself (and every ``mcp-*`` header): not settable through ``headers_env``."""
-
-HeaderName = Annotated[str, Field(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")]
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Seconds = Annotated[Duration, Field(le=MAX_TIMEOUT)]
 
 
@@ -74,33 +70,22 @@ class McpServerModel(Strict):
     """One entry of ``mcp_servers:`` in agent.yaml."""
 
     name: Annotated[str, Field(pattern=SERVER_NAME)]
-    url: NonEmpty
-    headers_env: dict[HeaderName, EnvName] | None = None
+    url: Url | None = None
+    command: Command | None = None
+    env: dict[EnvName, str] | None = None
+    env_from: dict[EnvName, EnvName] | None = None
+    headers_env: Headers | None = None
     tools: list[NonEmpty] | None = None
     prefix: Annotated[str, Field(pattern=SERVER_NAME)] | None = None
     timeout: Seconds | None = None
     connect_timeout: Seconds | None = None
 
-    @field_validator("url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{url!r} is not an http(s) URL of a streamable HTTP MCP endpoint")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("must not carry credentials; put them in headers_env")
-        if parts.fragment:
-            raise ValueError("must not have a #fragment")
-        return url
-
-    @field_validator("headers_env")
-    @classmethod
-    def _headers(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
-        for name in headers or {}:
-            low = name.lower()
-            if low in RESERVED_HEADERS or low.startswith("mcp-"):
-                raise ValueError(f"header {name!r} is set by the MCP transport itself")
-        return headers
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerModel:
+        problem = transport_problem(self.url, self.command, self.headers_env, self.env, self.env_from)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _connect_within_timeout(self) -> McpServerModel:
@@ -108,29 +93,14 @@ class McpServerModel(Strict):
             raise ValueError("connect_timeout is part of timeout, so it cannot be longer")
         return self
 
-    @model_validator(mode="after")
-    def _secrets_need_tls(self) -> McpServerModel:
-        if self.headers_env and urlsplit(self.url).scheme == "http" and not _loopback(self.url):
-            raise ValueError(
-                "headers_env over plain http would send the secrets in clear text; use https "
-                "(plain http is allowed only to this machine: localhost, 127.0.0.1, ::1)"
-            )
-        return self
-
-
-def _loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
 
 @dataclass(frozen=True, slots=True)
 class McpServer:
-    """An MCP server as a turn pins it (header *names* and variable names only, never values)."""
+    """An MCP server as a turn pins it (header *names* and variable names only, never values).
+
+    A stdio server has ``command`` (and ``url`` ""); its ``env`` holds literal values, ``env_from``
+    the names of the variables its secrets are read from.
+    """
 
     name: str
     url: str
@@ -139,19 +109,30 @@ class McpServer:
     prefix: str = ""
     timeout: float = DEFAULT_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    env_from: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def from_model(model: McpServerModel) -> McpServer:
-        """The server of a validated agent.yaml entry, defaults filled in."""
+        """The server of a validated agent.yaml entry, defaults filled in.
+
+        A stdio server's ``connect_timeout`` (starting the process and its handshake) defaults to its
+        ``timeout``: a Python server takes a second or two to start.
+        """
+        timeout = model.timeout or DEFAULT_TIMEOUT
+        connect = timeout if model.command else min(DEFAULT_CONNECT_TIMEOUT, timeout)
         return McpServer(
             name=model.name,
-            url=model.url,
+            url=model.url or "",
             headers_env=tuple(sorted((model.headers_env or {}).items())),
             tools=tuple(model.tools) if model.tools is not None else None,
             prefix=model.prefix or model.name,
-            timeout=model.timeout or DEFAULT_TIMEOUT,
-            connect_timeout=model.connect_timeout
-            or min(DEFAULT_CONNECT_TIMEOUT, model.timeout or DEFAULT_TIMEOUT),
+            timeout=timeout,
+            connect_timeout=model.connect_timeout or connect,
+            command=tuple(model.command or ()),
+            env=tuple(sorted((model.env or {}).items())),
+            env_from=tuple(sorted((model.env_from or {}).items())),
         )
 
     def exposed(self, tool: str) -> str:
@@ -165,12 +146,19 @@ class McpServer:
 
     def headers(self, env: Mapping[str, str]) -> dict[str, str]:
         """The request headers, read from ``env`` now; ``McpNotRun`` names a variable that is unset."""
+        return self._read("header", self.headers_env, env)
+
+    def secrets(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A stdio server's ``env_from`` variables, read from ``env`` now (``McpNotRun`` as headers)."""
+        return self._read("env", self.env_from, env)
+
+    def _read(self, what: str, pairs: tuple[tuple[str, str], ...], env: Mapping[str, str]) -> dict[str, str]:
         out = {}
-        for header, var in self.headers_env:
+        for key, var in pairs:
             value = env.get(var)
             if not value:
-                raise McpNotRun(f"{self.name} server: header {header} needs {var}, which is not set")
-            out[header] = value
+                raise McpNotRun(f"{self.name} server: {what} {key} needs {var}, which is not set")
+            out[key] = value
         return out
 
     def to_dict(self) -> JsonDict:
@@ -183,6 +171,11 @@ class McpServer:
             "prefix": self.prefix,
             "timeout": self.timeout,
             "connect_timeout": self.connect_timeout,
+            **(
+                {"command": list(self.command), "env": dict(self.env), "env_from": dict(self.env_from)}
+                if self.command
+                else {}
+            ),
         }
 
     @staticmethod
@@ -191,12 +184,19 @@ class McpServer:
         return McpServer(
             name=str(d["name"]),
             url=str(d["url"]),
-            headers_env=tuple(sorted((str(k), str(v)) for k, v in dict(d.get("headers_env") or {}).items())),
+            headers_env=_pairs(d.get("headers_env")),
             tools=tuple(str(t) for t in d["tools"]) if d.get("tools") is not None else None,
             prefix=str(d.get("prefix") or d["name"]),
             timeout=float(d.get("timeout") or DEFAULT_TIMEOUT),
             connect_timeout=float(d.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT),
+            command=tuple(str(word) for word in d.get("command") or ()),
+            env=_pairs(d.get("env")),
+            env_from=_pairs(d.get("env_from")),
         )
+
+
+def _pairs(mapping: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in dict(mapping or {}).items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,10 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import random
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -59,11 +61,21 @@ def start_method() -> str:
 
 def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent server handles Ctrl-C
+    signal.signal(signal.SIGTERM, _stop_environment)
     random.seed()  # forked: not the state of the process it was forked from (ids use ``secrets``)
     from loopengine.http import api, root
 
     assert api.handler is not None
     root.engine()  # pay the cold start before the first request, like a provisioned environment
+
+
+def _stop_environment(_signum: int, _frame: Any) -> None:
+    """SIGTERM (the server stopping its environments): stop this one's stdio MCP servers, then die of it."""
+    mcp_loop = sys.modules.get("loopengine.mcp.loop")  # loaded only where a stdio server was used
+    if mcp_loop is not None:
+        mcp_loop.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _invoke(event: dict[str, Any]) -> dict[str, Any]:

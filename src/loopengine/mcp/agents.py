@@ -10,6 +10,7 @@ servers (unreachable is a warning there, not an error: a server may be down whil
 from __future__ import annotations
 
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -76,7 +77,8 @@ def probe(config: AgentConfig, connector: McpConnector) -> list[str]:
         try:
             found = tools_of(server, connector.list_tools(server), connector)
         except McpNotRun as exc:
-            out.append(f"{exc} at {server.url}: its tools are listed when a turn starts")
+            where = server.url or shlex.join(server.command)
+            out.append(f"{exc} at {where}: its tools are listed when a turn starts")
             continue
         out += list(found.skipped)
         local = {t.name for t in config.tools}
@@ -92,9 +94,9 @@ def probe_agents(
     registry: AgentRegistry, statuses: Sequence[AgentStatus], env: Mapping[str, str]
 ) -> list[str]:
     """``agents --check``'s warnings: the MCP servers of each valid agent, listed with short timeouts."""
-    from loopengine.mcp.client import HttpMcpConnector
+    from loopengine.mcp.client import McpClient
 
-    connector = HttpMcpConnector(env, connect_timeout=PROBE_CONNECT_SECONDS, timeout=PROBE_SECONDS)
+    connector = McpClient(env, connect_timeout=PROBE_CONNECT_SECONDS, timeout=PROBE_SECONDS)
     out = []
     for status in statuses:
         if status.problems:

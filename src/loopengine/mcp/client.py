@@ -1,6 +1,9 @@
 """The MCP client: list a server's tools, call one under its pin, over streamable HTTP (the ``mcp`` SDK).
 
-:class:`HttpMcpConnector` is the :class:`~loopengine.authoring.mcp.McpConnector` of a deployment.
+:class:`McpClient` is the :class:`~loopengine.authoring.mcp.McpConnector` of a deployment: a server
+with a ``command`` goes to :mod:`loopengine.mcp.stdio` (a child process kept for the life of the
+process; imported, with ``asyncio``, when a stdio server is first used), any other to
+:class:`HttpMcpConnector`.
 Every operation opens a session of its own (connect, negotiate, list; for a call also compare the
 pinned hash and send ``tools/call`` once), so a listing at turn start and a call days later share
 nothing but the turn's pinned config. The SDK's own re-send after a ``HEADER_MISMATCH`` is not used:
@@ -29,11 +32,14 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopengine.authoring.mcp import ListedTool, McpAnswer, McpNotRun, McpPin, McpServer
+from loopengine.authoring.mcp import ListedTool, McpAnswer, McpConnector, McpNotRun, McpPin, McpServer
 from loopengine.domain.base.errors import ToolOutcomeUnknown
 from loopengine.domain.base.jsontypes import JsonDict
+
+if TYPE_CHECKING:
+    from loopengine.mcp.stdio import StdioMcpConnector
 
 T = TypeVar("T")
 
@@ -43,6 +49,39 @@ REFUSED = (-32601, -32602, -32020)
 """JSON-RPC errors that reject a request before any tool runs: method not found, invalid params,
 header mismatch (``mcp_types``' METHOD_NOT_FOUND, INVALID_PARAMS, HEADER_MISMATCH)."""
 MAX_ERROR_CHARS = 300
+
+
+class McpClient:
+    """List and call MCP tools over each server's transport (``env``: header and ``env_from`` variables).
+
+    ``connect_timeout`` / ``timeout`` override the HTTP servers' own (``--check``'s short wait for a
+    remote server that may be down); a stdio server keeps its own: a missing program fails at once,
+    and a present one takes the seconds its interpreter needs to start.
+    """
+
+    def __init__(
+        self, env: Mapping[str, str], *, connect_timeout: float | None = None, timeout: float | None = None
+    ) -> None:
+        self._env = env
+        self.http = HttpMcpConnector(env, connect_timeout=connect_timeout, timeout=timeout)
+        self._stdio: StdioMcpConnector | None = None
+
+    def _for(self, server: McpServer) -> McpConnector:
+        if not server.command:
+            return self.http
+        if self._stdio is None:
+            from loopengine.mcp.stdio import StdioMcpConnector
+
+            self._stdio = StdioMcpConnector(self._env)
+        return self._stdio
+
+    def list_tools(self, server: McpServer) -> list[ListedTool]:
+        """Every tool ``server`` lists now; ``McpNotRun`` when it cannot be reached or listed."""
+        return self._for(server).list_tools(server)
+
+    def call_tool(self, server: McpServer, pin: McpPin, args: JsonDict) -> McpAnswer:
+        """Call the pinned tool once, if the server still lists it with the pinned hash."""
+        return self._for(server).call_tool(server, pin, args)
 
 
 class HttpMcpConnector:
