@@ -9,7 +9,7 @@ caller needs no second read. Creates raise :class:`~loopengine.domain.errors.Alr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
@@ -19,7 +19,7 @@ from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Block, Message
 from loopengine.domain.outbox import OutboxRecord
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 
 class CheckpointStore(Protocol):
@@ -117,6 +117,31 @@ class Committed:
     checkpoint: TurnCheckpoint | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TurnQuery:
+    """Which turns an operator lists (:meth:`TurnStore.list_turns`): every field given must match.
+
+    ``since``: created at or after this time; ``limit``: the newest this many.
+    """
+
+    status: TurnStatus | None = None
+    stop_reason: StopReason | None = None
+    agent: str | None = None
+    tenant: str | None = None
+    since: float | None = None
+    limit: int = 50
+
+    def matches(self, turn: TurnRecord) -> bool:
+        """Whether ``turn`` is one this query lists (the adapters' own filters, checked once more)."""
+        return (
+            (self.status is None or turn.status is self.status)
+            and (self.stop_reason is None or turn.stop_reason is self.stop_reason)
+            and (self.agent is None or turn.agent == self.agent)
+            and (self.tenant is None or turn.tenant == self.tenant)
+            and (self.since is None or turn.created_at >= self.since)
+        )
+
+
 class TurnStore(Protocol):
     """Turn records, their audit events, per-call execution records and config snapshots."""
 
@@ -185,6 +210,14 @@ class TurnStore(Protocol):
 
     def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
         """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
+        ...
+
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The turns ``query`` matches, newest first (by ``created_at``), at most ``query.limit``.
+
+        An operator's read (``loopengine admin turns``), not a request path's: on DynamoDB it scans
+        the table, so what it costs grows with the table.
+        """
         ...
 
     def put_outbox(self, record: OutboxRecord) -> None:

@@ -32,7 +32,7 @@ import dataclasses
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from loopengine.app.ports import Change, Stores
+from loopengine.app.ports import Change, Stores, TurnQuery
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, StoreError
 from loopengine.domain.idempotency import IdempotencyRecord
@@ -53,6 +53,7 @@ from loopengine.stores.dynamodb_heads import (
 )
 from loopengine.stores.dynamodb_index import read as read_index
 from loopengine.stores.dynamodb_items import DynamoStore
+from loopengine.stores.dynamodb_scan import list_turns
 from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -191,6 +192,10 @@ class DynamoTurnStore(DynamoCommits):
         items = read_index(self.table, "OUTBOX", below=now, limit=limit)
         found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
         return [r for r in found if r.due_at is not None and r.due_at <= now]
+
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The matching turns, newest first: a Scan of the table (:mod:`~loopengine.stores.dynamodb_scan`)."""
+        return list_turns(self.table, query, self._turn_of)
 
     def put_outbox(self, record: OutboxRecord) -> None:
         """Store a notification's delivery state (one PutItem)."""

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from loopengine.app.ports import Change, Committed, Stores
+from loopengine.app.ports import Change, Committed, Stores, TurnQuery
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
 from loopengine.domain.errors import AlreadyExists, VersionConflict
@@ -241,6 +241,16 @@ class SqliteTurnStore(_SqliteStore):
             " ORDER BY due_at, event_id LIMIT ?"
         )
         return [OutboxRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
+
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The matching turns, newest first: one read over the ``turns`` table (JSON1 on the body)."""
+        fields = {"status": query.status, "stopReason": query.stop_reason}
+        fields |= {"agent": query.agent, "tenant": query.tenant}
+        wanted = {name: str(value) for name, value in fields.items() if value is not None}
+        where = ["created_at >= ?"] + [f"json_extract(body, '$.{name}') = ?" for name in wanted]
+        sql = f"SELECT body FROM turns WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        rows = self.db.bodies(sql, (query.since or 0.0, *wanted.values(), query.limit))
+        return [TurnRecord.from_dict(found) for found in rows]
 
     def put_outbox(self, record: OutboxRecord) -> None:
         """Store a notification's delivery state."""
