@@ -71,7 +71,11 @@ def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, str
     """An agent ``shop`` whose ``refund`` asks for approval; the environment to reach it."""
     agents = tmp_path / "agents"
     folder = write_agent(agents, "shop")
-    env = {"LOOPENGINE_AGENTS_PATH": str(agents), "LOOPENGINE_MODEL": "scripted", "LOOPENGINE_OPERATOR": "oncall"}
+    env = {
+        "LOOPENGINE_AGENTS_PATH": str(agents),
+        "LOOPENGINE_MODEL": "scripted",
+        "LOOPENGINE_OPERATOR": "oncall",
+    }
     for name in ("LOOPENGINE_TABLE", "LOOPENGINE_RESUME_FUNCTION", "LOOPENGINE_DLQ_URL", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     for key, value in env.items():
@@ -80,7 +84,10 @@ def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, str
 
 
 def test_sqlite_find_redrive_and_expire_a_stuck_turn(
-    shop: tuple[dict[str, str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    shop: tuple[dict[str, str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     env, folder = shop
     env["LOOPENGINE_DB"] = str(tmp_path / "store.db")
@@ -121,7 +128,9 @@ def test_sqlite_find_redrive_and_expire_a_stuck_turn(
     status, shown = admin_json(capsys, "show", turn_id)
     assert (shown["turn"]["status"], shown["turn"]["stopReason"]) == ("finished", "end_turn")
     expired = [e for e in shown["audit"] if e["type"] == "expired"]
-    assert [(e["pendingId"], e["decidedBy"], e["channel"]) for e in expired] == [(second[0], "user:alice", "admin")]
+    assert [(e["pendingId"], e["decidedBy"], e["channel"]) for e in expired] == [
+        (second[0], "user:alice", "admin")
+    ]
     fates = {i["pendingId"]: (i["fate"], (i["decision"] or {}).get("decidedBy")) for i in shown["items"]}
     assert fates[second[0]] == ("expired", "user:alice")
     assert calls(folder) == [1]
@@ -157,7 +166,9 @@ def invocation_record(turn_id: str | None, payload: dict[str, Any] | None = None
 
 
 @pytest.fixture
-def aws(shop: tuple[dict[str, str], Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[dict[str, str], Any]]:
+def aws(
+    shop: tuple[dict[str, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[dict[str, str], Any]]:
     """DynamoDB and SQS under moto: the table, a dead-letter queue, the environment naming both."""
     env, _ = shop
     with moto_dynamodb() as _client:
@@ -190,7 +201,9 @@ def test_a_dead_lettered_resume_is_redriven_once_on_dynamodb(
     url = env["LOOPENGINE_DLQ_URL"]
     for body in (invocation_record(paused.turn_id), invocation_record(paused.turn_id)):  # delivered twice
         sqs.send_message(QueueUrl=url, MessageBody=body)
-    sqs.send_message(QueueUrl=url, MessageBody=invocation_record(None, {"agent": "shop", "message": "nightly"}))
+    sqs.send_message(
+        QueueUrl=url, MessageBody=invocation_record(None, {"agent": "shop", "message": "nightly"})
+    )
 
     # WHEN the operator lists the queue: three failed invocations, all left in it
     status, listed = admin_json(capsys, "dlq", "list")
@@ -209,7 +222,9 @@ def test_a_dead_lettered_resume_is_redriven_once_on_dynamodb(
     status, redriven = admin_json(capsys, "dlq", "redrive", "--inline")
     assert status == 1  # the scheduled turn's failure is left for a person
     notes = [(a["turnId"], a["done"]) for a in redriven["actions"]]
-    assert sorted(notes, key=str) == sorted([(paused.turn_id, True), (paused.turn_id, True), (None, False)], key=str)
+    assert sorted(notes, key=str) == sorted(
+        [(paused.turn_id, True), (paused.turn_id, True), (None, False)], key=str
+    )
     assert calls(folder) == [1]
     turn = engine.turn(paused.turn_id)
     assert (turn.status, turn.stop_reason) == (TurnStatus.FINISHED, StopReason.END_TURN)

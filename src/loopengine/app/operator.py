@@ -26,8 +26,8 @@ from loopengine.app.engine import Engine
 from loopengine.app.items import ItemView
 from loopengine.app.ports import TurnQuery
 from loopengine.authoring.context import ToolContext
-from loopengine.domain.errors import Forbidden, InvalidInput, StoreError
-from loopengine.domain.fate import FateState
+from loopengine.domain.errors import Forbidden, InvalidInput, LoopengineError, StoreError
+from loopengine.domain.fate import FateState, item_fate
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
@@ -90,12 +90,22 @@ class Operator:
         turn = self.engine.turn(turn_id)
         audit = self.engine.audit(turn_id)
         pending = [e["pendingId"] for e in audit if str(e.get("type", "")).endswith(":pending")]
-        items = tuple(self.engine.item(p) for p in dict.fromkeys(pending) if isinstance(p, str))
+        items = tuple(self._item(p) for p in dict.fromkeys(pending) if isinstance(p, str))
         calls = tuple(
             CallView(c, ToolContext.key_for(turn.tenant, turn.turn_id, c.tool_use_id))
             for c in self.engine.rt.stores.turns.calls(turn_id).values()
         )
         return TurnDetail(turn, items, calls, audit)
+
+    def _item(self, pending_id: str) -> ItemView:
+        """The item and its fate; without its tool when this process lacks the agent's code."""
+        try:
+            return self.engine.item(pending_id)
+        except LoopengineError:
+            cp = self.engine.rt.stores.checkpoints.find_by_pending(pending_id)
+            turn = self.engine.rt.stores.turns.get_turn(cp.turn_id) if cp is not None else None
+            stop = (turn.stop_reason or turn.stop_requested) if turn is not None else None
+            return ItemView(pending_id, cp, turn, item_fate(cp, stop, pending_id, self.engine.now()))
 
     def redrive(self, turn_id: str, **note: Any) -> Action:
         """Invoke the turn's resume as the sweep would, if it can move on now; ``note`` joins the audit.
@@ -157,7 +167,9 @@ def _not_now(turn: TurnRecord, now: float) -> str | None:
         return "paused: it waits for its items (decide them, or `loopengine admin expire ITEM`)"
     if turn.status is TurnStatus.RUNNING and turn.lease_until > now:
         left = turn.lease_until - now
-        return f"running: its runner holds it for {left:.0f} s more; re-drive it after that if it has not moved"
+        return (
+            f"running: its runner holds it for {left:.0f} s more; re-drive it after that if it has not moved"
+        )
     return None
 
 

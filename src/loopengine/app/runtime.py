@@ -127,12 +127,16 @@ class Runtime:
                 else:
                     turn, cp = None, None
                 continue
-            if self.observer is not None:
-                owner = _owner(change, done)
-                for event in change.events:
-                    self.observer(str(event["type"]), {"turnId": turn_id, **owner, **event})
+            self.observed(change, done)
             return done
         raise Conflict(f"turn {turn_id} is too contended; try again")
+
+    def observed(self, change: Change, done: Committed) -> None:
+        """Tell the observer (if any) the events of a change that landed, with its turn's agent and tenant."""
+        if self.observer is not None:
+            owner = _owner(change, done)
+            for event in change.events:
+                self.observer(str(event["type"]), {"turnId": change.turn_id, **owner, **event})
 
     def stamp(self, kind: str, **data: Any) -> JsonDict:
         """An audit event stamped with the clock, to ride in a :class:`~loopengine.app.ports.Change`."""

@@ -74,7 +74,8 @@ def queue(rt: Runtime, start: Start, ahead: Sequence[TurnRecord]) -> TurnOutcome
     event = rt.stamp("queued", trigger=start.trigger)
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
     try:
-        rt.stores.turns.commit(Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held))
+        change = Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held)
+        rt.observed(change, rt.stores.turns.commit(change))
     except AlreadyExists:  # the same key's first request landed meanwhile
         return replayed(rt, start.key)
     for earlier in ahead:  # its finish starts the next queued turn (it reads the session only then)
@@ -105,6 +106,7 @@ def run(
         if start.key is not None and (again := replay(rt, start.key)) is not None:
             return again  # it landed first and moved the session: answer it, not a 409
         raise Conflict(f"session {start.session_id} changed while this message arrived; retry") from None
+    rt.observed(create, created)
     delivery.deliver(rt, notes)
     worker = worker_for(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
     return advance(worker, created.turn, [*history, *add.messages])

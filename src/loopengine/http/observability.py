@@ -45,7 +45,7 @@ Dimensions = tuple[tuple[str, str], ...]
 
 
 class MetricBuffer:
-    """This invocation's metric values, summed (gauges: the largest) per metric and dimension values."""
+    """The metric values of one invocation, summed (gauges: the largest) per metric and dimension values."""
 
     def __init__(self) -> None:
         self._values: dict[Dimensions, dict[Metric, float]] = {}

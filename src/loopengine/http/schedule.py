@@ -16,9 +16,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from loopengine.app.telemetry import oldest_due
 from loopengine.domain.errors import LoopengineError
 from loopengine.http import root
-from loopengine.app.telemetry import oldest_due
 from loopengine.http.observability import flush, logger, record
 
 SAFETY_SECONDS = 30.0
@@ -35,8 +35,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             record(oldest_due(done.oldest_due))  # every sweep reports it: a silent sweep is itself an alarm
         finally:
             flush()
-        counts = {"expired": done.expired, "recovered": done.recovered, "notified": done.notified}
-        counts["oldestDueSeconds"] = round(done.oldest_due, 1)
+        counts: dict[str, float] = {"expired": done.expired, "recovered": done.recovered}
+        counts |= {"notified": done.notified, "oldestDueSeconds": round(done.oldest_due, 1)}
         logger.info("sweep", extra=counts)
         swept: dict[str, Any] = {"swept": done.expired}
         if done.recovered:

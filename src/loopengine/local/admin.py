@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from loopengine.local import admin_view as view
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from loopengine.app.operator import Action, Operator
     from loopengine.app.ports import TurnQuery
     from loopengine.local.admin_dlq import DeadLetterQueue
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``loopengine admin ...`` and its commands."""
@@ -55,7 +56,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     admin = sub.add_parser("admin", help="find, inspect and repair turns (docs/operations.md)")
     commands = admin.add_subparsers(dest="admin_command", required=True)
     turns = commands.add_parser("turns", parents=[common], help="list turns, newest first")
-    turns.add_argument("--status", choices=view.STATUSES, help="the stored status (ready: waiting for a worker)")
+    turns.add_argument(
+        "--status", choices=view.STATUSES, help="the stored status (ready: waiting for a worker)"
+    )
     turns.add_argument("--stop-reason", choices=view.STOP_REASONS, help="why it stopped")
     turns.add_argument("--agent", help="one agent's turns")
     turns.add_argument("--tenant", help="one tenant's turns ('' for the default tenant)")
@@ -63,14 +66,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     turns.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     show = commands.add_parser("show", parents=[common], help="a turn: state, items, calls, audit")
     show.add_argument("turn", help="the turnId")
-    redrive = commands.add_parser("redrive", parents=[common, runs], help="invoke a turn's resume as the sweep would")
+    redrive = commands.add_parser(
+        "redrive", parents=[common, runs], help="invoke a turn's resume as the sweep would"
+    )
     redrive.add_argument("turn", help="the turnId")
-    expire = commands.add_parser("expire", parents=[common, runs], help="close an open item as nobody's answer")
+    expire = commands.add_parser(
+        "expire", parents=[common, runs], help="close an open item as nobody's answer"
+    )
     expire.add_argument("item", help="the pendingId")
     dlq = commands.add_parser("dlq", help="the resume function's dead-letter queue")
     queue = argparse.ArgumentParser(add_help=False)
     queue.add_argument(
-        "--queue-url", default=None, help="the queue (default: $LOOPENGINE_DLQ_URL; the stack's FailureQueueUrl)"
+        "--queue-url",
+        default=None,
+        help="the queue (default: $LOOPENGINE_DLQ_URL; the stack's FailureQueueUrl)",
     )
     queue.add_argument("--limit", type=int, default=100, help="at most this many messages (default 100)")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
@@ -113,7 +122,9 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], out: IO[str]) -> int:
             return _turns(operator, _query(args, operator.engine.now()), args.json, out)
         if command == "show":
             detail = operator.show(args.turn)
-            out.write(json.dumps(view.detail_json(detail), indent=2) + "\n" if args.json else view.detail(detail))
+            out.write(
+                json.dumps(view.detail_json(detail), indent=2) + "\n" if args.json else view.detail(detail)
+            )
             return 0
         if command == "redrive":
             return _report([operator.redrive(args.turn)], args.json, out)
@@ -131,7 +142,9 @@ def _run(args: argparse.Namespace, env: Mapping[str, str], out: IO[str]) -> int:
         operator.engine.rt.stores.close()
 
 
-def _operator(env: Mapping[str, str], name: str | None, function: str | None, inline: bool, runs: bool) -> Operator:
+def _operator(
+    env: Mapping[str, str], name: str | None, function: str | None, inline: bool, runs: bool
+) -> Operator:
     """The operator's actions on the engine this environment names (its store, agents, invoker)."""
     from loopengine.app.operator import CHANNEL, Operator
     from loopengine.bootstrap import DEFAULT_DB, build_engine
@@ -153,7 +166,9 @@ def _operator(env: Mapping[str, str], name: str | None, function: str | None, in
     if function:
         from loopengine.aws.lambda_invoker import LambdaInvoker
 
-        invoker = LambdaInvoker(function, pin=env.get("LOOPENGINE_PIN_RESUME_VERSION", "true").lower() != "false")
+        invoker = LambdaInvoker(
+            function, pin=env.get("LOOPENGINE_PIN_RESUME_VERSION", "true").lower() != "false"
+        )
     engine = build_engine(env, invoker=invoker)
     who = name or env.get("LOOPENGINE_OPERATOR") or _os_user()
     return Operator(engine, Principal(who, channel=CHANNEL, kind=OPERATOR))

@@ -4,7 +4,8 @@ An asynchronous invoke of the resume (or schedule) function that failed past Lam
 sent to the stack's ``FailureQueue`` (SQS) as an *invocation record*, a JSON document::
 
     {"version": "1.0", "timestamp": "...",
-     "requestContext": {"requestId", "functionArn", "condition": "RetriesExhausted", "approximateInvokeCount": 3},
+     "requestContext": {"requestId", "functionArn", "condition": "RetriesExhausted",
+                        "approximateInvokeCount": 3},
      "requestPayload": {"turnId": "trn_..."},
      "responseContext": {"statusCode", "executedVersion", "functionError": "Unhandled"},
      "responsePayload": {"errorMessage", "errorType", ...}}
@@ -62,7 +63,8 @@ def parse(message: dict[str, Any]) -> DeadLetter:
     record = "requestPayload" in body
     payload = body.get("requestPayload") if record else body
     payload = payload if isinstance(payload, dict) else None
-    context = body.get("requestContext") if record and isinstance(body.get("requestContext"), dict) else {}
+    found = body.get("requestContext") if record else None
+    context: dict[str, Any] = found if isinstance(found, dict) else {}
     attributes = {k: v.get("StringValue") for k, v in (message.get("MessageAttributes") or {}).items()}
     turn_id = payload.get("turnId") if payload is not None else None
     sent = (message.get("Attributes") or {}).get("SentTimestamp")

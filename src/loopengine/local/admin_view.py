@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
 if TYPE_CHECKING:
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
     from loopengine.local.admin_dlq import DeadLetter
 
 CELL = 60
+WIDE = 160
+"""The audit's detail column: wider, the rest of the line."""
 STATUSES = tuple(s.value for s in TurnStatus)
 STOP_REASONS = tuple(r.value for r in StopReason)
-JsonDict = dict[str, Any]
 
 
 class BadArgument(ValueError):
@@ -41,7 +43,9 @@ def since(text: str, now: float) -> float:
     try:
         at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise BadArgument(f"--since {text!r}: give a duration (2h, 30m, 7d) or a date/time (ISO 8601)") from None
+        raise BadArgument(
+            f"--since {text!r}: give a duration (2h, 30m, 7d) or a date/time (ISO 8601)"
+        ) from None
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
@@ -60,18 +64,21 @@ def ago(seconds: float) -> str:
     return f"{max(int(seconds), 0)}s"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Columns padded to their widest cell; cells cut at :data:`CELL` characters."""
-    cells = [[_cell(c) for c in row] for row in [header, *rows]]
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], last: int = CELL) -> str:
+    """Columns padded to their widest cell; cells cut at :data:`CELL` characters (the last at ``last``)."""
+    cells = [
+        [_cell(c, last if i == len(header) - 1 else CELL) for i, c in enumerate(row)]
+        for row in [header, *rows]
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, width: int = CELL) -> str:
     text = value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
-    return text if len(text) <= CELL else text[: CELL - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def due(turn: TurnRecord, now: float) -> str:
@@ -135,17 +142,29 @@ def detail(d: TurnDetail) -> str:
         ("code version", t.code_version or ""),
     ]
     text = "".join(f"{name + ':':16}{value}\n" for name, value in facts if value)
-    text += "\nitems\n" + (table(("PENDING", "TOOL", "FATE", "BY", "AT"), [_item_row(i) for i in d.items]) if d.items else "  none\n")
-    calls = [(c.record.tool_use_id, c.record.tool, c.outcome, when(c.record.started_at), c.idempotency_key) for c in d.calls]
-    text += "\ncalls\n" + (table(("CALL", "TOOL", "OUTCOME", "STARTED", "IDEMPOTENCY KEY"), calls) if calls else "  none\n")
+    text += "\nitems\n" + (
+        table(("PENDING", "TOOL", "FATE", "BY", "AT"), [_item_row(i) for i in d.items])
+        if d.items
+        else "  none\n"
+    )
+    calls = [
+        (c.record.tool_use_id, c.record.tool, c.outcome, when(c.record.started_at), c.idempotency_key)
+        for c in d.calls
+    ]
+    text += "\ncalls\n" + (
+        table(("CALL", "TOOL", "OUTCOME", "STARTED", "IDEMPOTENCY KEY"), calls) if calls else "  none\n"
+    )
     for c in d.calls:
-        if c.outcome in ("unknown", "started"):
+        tool = f"{c.record.tool} ({c.record.tool_use_id})"
+        if c.outcome == "unknown":
+            text += f"  ! {tool} is unknown: it may have run. Ask its provider about idempotency key "
+            text += f"{c.idempotency_key} before doing it again.\n"
+        elif c.outcome == "started":
             text += (
-                f"  ! {c.record.tool} ({c.record.tool_use_id}) is {c.outcome}: it may have run. Ask the provider "
-                f"about idempotency key {c.idempotency_key} before doing it again.\n"
+                f"  ! {tool} has no outcome yet: running, or its runner died (then it is reported unknown).\n"
             )
     audit = [(when(e.get("at")), e.get("type"), _rest(e)) for e in d.audit]
-    return text + "\naudit\n" + table(("AT", "EVENT", "DETAIL"), audit)
+    return text + "\naudit\n" + table(("AT", "EVENT", "DETAIL"), audit, last=WIDE)
 
 
 def _rest(event: Mapping[str, Any]) -> str:
@@ -156,7 +175,7 @@ def detail_json(d: TurnDetail) -> JsonDict:
     """The ``show`` document."""
     items = []
     for item in d.items:
-        pending_id, tool, fate, by, at = _item_row(item)
+        pending_id, tool, fate, _by, _at = _item_row(item)
         decision = item.fate.decision.to_dict() if item.fate.decision else None
         items.append({"pendingId": pending_id, "tool": tool, "fate": fate, "decision": decision})
     calls = [{**c.record.to_dict(), "idempotencyKey": c.idempotency_key} for c in d.calls]
@@ -182,7 +201,9 @@ def actions(done: Sequence[Action]) -> str:
     for a in done:
         after = a.after
         now = f"{after.status.value} {stop_of(after)}".strip() if after else ""
-        rows.append((a.turn_id, "done" if a.done else "not done", a.note, a.before.value if a.before else "", now))
+        rows.append(
+            (a.turn_id, "done" if a.done else "not done", a.note, a.before.value if a.before else "", now)
+        )
     return table(("TURN", "RESULT", "NOTE", "BEFORE", "NOW"), rows)
 
 

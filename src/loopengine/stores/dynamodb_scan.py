@@ -47,7 +47,9 @@ def turn_entries(table: DynamoTable, query: TurnQuery) -> Iterator[Item]:
         params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def list_turns(table: DynamoTable, query: TurnQuery, turn_of: Callable[[Item], TurnRecord]) -> list[TurnRecord]:
+def list_turns(
+    table: DynamoTable, query: TurnQuery, turn_of: Callable[[Item], TurnRecord]
+) -> list[TurnRecord]:
     """The turns ``query`` matches, newest first, at most ``query.limit`` (see the module docstring).
 
     ``turn_of``: the turn a stored head holds (the turn store's parser).

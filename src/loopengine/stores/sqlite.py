@@ -244,11 +244,13 @@ class SqliteTurnStore(_SqliteStore):
 
     def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
         """The matching turns, newest first: one read over the ``turns`` table (JSON1 on the body)."""
-        fields = {"status": query.status, "stopReason": query.stop_reason}
+        fields: dict[str, str | None] = {"status": query.status, "stopReason": query.stop_reason}
         fields |= {"agent": query.agent, "tenant": query.tenant}
-        wanted = {name: str(value) for name, value in fields.items() if value is not None}
+        wanted = {name: value for name, value in fields.items() if value is not None}
         where = ["created_at >= ?"] + [f"json_extract(body, '$.{name}') = ?" for name in wanted]
-        sql = f"SELECT body FROM turns WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        sql = (
+            f"SELECT body FROM turns WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
         rows = self.db.bodies(sql, (query.since or 0.0, *wanted.values(), query.limit))
         return [TurnRecord.from_dict(found) for found in rows]
 
