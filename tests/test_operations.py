@@ -1,6 +1,6 @@
 """Running it at 3 a.m.: every failure signal is emitted, alarmed on, and has a runbook section.
 
-The metric names come from the code: :class:`loopengine.app.telemetry.Metric` is the one list, the
+The metric names come from the code: :class:`loopengine.http.observability.Metric` is the one list, the
 source is scanned so no metric is emitted under another name, and a scenario through the real
 handlers (api, resume, schedule) shows each failure metric leaving as CloudWatch EMF with the
 dimensions DESIGN.md names. template.yaml must hold an alarm for each failure metric, for each
@@ -22,9 +22,9 @@ from samtranslator.yaml_helper import yaml_parse
 import loopengine
 from loopengine.app import faults
 from loopengine.app.ports import ModelRequest, ModelResponse
-from loopengine.app.telemetry import EXTRA, FAILURE_METRICS, Metric, signals
 from loopengine.domain.errors import FatalModelError, RetryableModelError
 from loopengine.http import api, observability, resume, schedule
+from loopengine.http.observability import EXTRA, FAILURE_METRICS, Metric, signals
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import FakeContext, load_event, with_body
 from tests.handler_support import call as http

@@ -9,8 +9,8 @@ caller needs no second read. Creates raise :class:`~loopengine.domain.errors.Alr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import field
+from typing import NamedTuple, Protocol
 
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.clock import Clock
@@ -117,11 +117,11 @@ class Committed:
     checkpoint: TurnCheckpoint | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TurnQuery:
+class TurnQuery(NamedTuple):
     """Which turns an operator lists (:meth:`TurnStore.list_turns`): every field given must match.
 
-    ``since``: created at or after this time; ``limit``: the newest this many.
+    ``since``: created at or after this time; ``limit``: the newest this many. (A NamedTuple, not a
+    frozen dataclass: this module is on every handler's import path, see test_cold_start.)
     """
 
     status: TurnStatus | None = None

@@ -16,10 +16,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from loopengine.app.telemetry import oldest_due
 from loopengine.domain.errors import LoopengineError
 from loopengine.http import root
-from loopengine.http.observability import flush, logger, record
+from loopengine.http.observability import flush, logger, oldest_due, record
 
 SAFETY_SECONDS = 30.0
 
