@@ -236,7 +236,10 @@ def test_a_dead_lettered_resume_is_redriven_once_on_dynamodb(
     redrive = next(e for e in audit if e["type"] == "redriven")
     assert redrive["decidedBy"] == "user:oncall" and redrive["deadLetter"]["requestId"].startswith("0f1e")
 
-    # only the scheduled turn's message is still in the queue
+    # only the scheduled turn's message is still in the queue (the handled ones were deleted, not hidden)
+    held = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=held)["Attributes"]
+    assert sum(int(counts[name]) for name in held) == 1
     status, left = admin_json(capsys, "dlq", "list")
     assert [(m["turnId"], m["turnStatus"]) for m in left["messages"]] == [(None, "not a resume")]
 
