@@ -100,9 +100,12 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = F
                 reason="the item was decided before the notification went out",
             )
             continue
+        channel = "unknown"  # until the target is found
         try:
             config = rt.config_by_hash(record.agent, record.config_hash)
-            notifier = rt.notifier_for(config.for_target(config.target(record.target)))
+            target = config.target(record.target)
+            channel = target.channel
+            notifier = rt.notifier_for(config.for_target(target))
             faults.point("notify")
             if notifier is None:
                 where = "nowhere (no notifier configured)"
@@ -111,8 +114,9 @@ def deliver(rt: Runtime, records: Iterable[OutboxRecord], drop_decided: bool = F
         except Exception as exc:  # recorded, retried by the sweep with backoff
             after = outbox.attempt_failed(record, now, f"{type(exc).__name__}: {exc}")
             _store(rt, after)
-            detail = {**tag, "error": str(exc)}
-            rt.event(record.turn_id, "notification_failed", attempts=after.attempts, **detail)
+            detail = {**tag, "channel": channel, "error": str(exc)}
+            failed = {"attempts": after.attempts, **detail}
+            rt.event(record.turn_id, "notification_failed", for_agent=record.agent, **failed)
             if after.state == "failed":
                 rt.event(record.turn_id, "notification_gave_up", **detail)
             continue

@@ -22,7 +22,7 @@ from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.tokens.context_window import Compaction, History
 from loopengine.domain.tokens.metering import DailyUsage, Tally
 from loopengine.domain.tokens.usage import Usage
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnQuery, TurnRecord
 
 
 class CheckpointStore(Protocol):
@@ -239,6 +239,14 @@ class TurnStore(Protocol):
 
     def due_outbox(self, now: float, limit: int = 100) -> list[OutboxRecord]:
         """Up to ``limit`` undelivered notifications due at or before ``now``, earliest first."""
+        ...
+
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The turns ``query`` matches, newest first (by ``created_at``), at most ``query.limit``.
+
+        An operator's read (``loopengine admin turns``), not a request path's: on DynamoDB it scans
+        the table, so what it costs grows with the table.
+        """
         ...
 
     def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:

@@ -140,11 +140,16 @@ class Runtime:
                 else:
                     turn, cp = None, None
                 continue
-            if self.observer is not None:
-                for event in change.events:
-                    self.observer(str(event["type"]), {"turnId": turn_id, **event})
+            self.observed(change, done)
             return done
         raise Conflict(f"turn {turn_id} is too contended; try again")
+
+    def observed(self, change: Change, done: Committed) -> None:
+        """Tell the observer (if any) the events of a change that landed, with its turn's agent and tenant."""
+        if self.observer is not None:
+            owner = _owner(change, done)
+            for event in change.events:
+                self.observer(str(event["type"]), {"turnId": change.turn_id, **owner, **event})
 
     def stamp(self, kind: str, **data: Any) -> JsonDict:
         """An audit event stamped with the clock, to ride in a :class:`~loopengine.app.ports.Change`."""
@@ -166,9 +171,22 @@ class Runtime:
         done = self.transition(turn_id, decide, turn=current)
         return done.turn if done is not None else None
 
-    def event(self, turn_id: str, kind: str, **data: Any) -> None:
-        """Append an audit event stamped with the clock (and tell the observer, if any)."""
+    def event(self, turn_id: str, kind: str, *, for_agent: str | None = None, **data: Any) -> None:
+        """Append an audit event stamped with the clock (and tell the observer, if any).
+
+        ``for_agent``: the turn's agent, passed to the observer beside the event (not stored).
+        """
         record = {"type": kind, "at": self.stores.clock.now(), **data}
         self.stores.turns.add_event(turn_id, record)
         if self.observer is not None:
-            self.observer(kind, {"turnId": turn_id, **record})
+            owner = {"agent": for_agent} if for_agent else {}
+            self.observer(kind, {"turnId": turn_id, **owner, **record})
+
+
+def _owner(change: Change, done: Committed) -> JsonDict:
+    """The agent and tenant of a landed change's turn (for the observer), from what it wrote."""
+    turn = done.turn or change.turn or change.new_turn
+    if turn is not None:
+        return {"agent": turn.agent, "tenant": turn.tenant}
+    cp = done.checkpoint or change.checkpoint or change.new_checkpoint
+    return {"agent": cp.agent, "tenant": cp.tenant} if cp is not None else {}

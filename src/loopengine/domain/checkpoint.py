@@ -289,8 +289,13 @@ def deny(
     )
 
 
-def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> TurnCheckpoint:
-    """Nobody answered ``item`` in time: record the policy's outcome (never "failed")."""
+def expire(
+    cp: TurnCheckpoint, item: PendingItem, at: float, waited: str, by: DecidedBy | None = None
+) -> TurnCheckpoint:
+    """Nobody answered ``item`` in time: record the policy's outcome (never "failed").
+
+    ``by``: an operator who closed it before its deadline (else the policy closed it).
+    """
     outstanding = {k: v for k, v in cp.outstanding.items() if k != item.pending_id}
     why = f"nobody answered within {waited}"
     if item.on_expiry == "deny":
@@ -298,6 +303,8 @@ def expire(cp: TurnCheckpoint, item: PendingItem, at: float, waited: str) -> Tur
     else:
         result = outcomes.unknown(item.tool_use_id, f"{why}; the call did not run")
     decision = Expired(pending_id=item.pending_id, tool=item.tool, at=at, on_expiry=item.on_expiry)
+    if by is not None:
+        decision = replace(decision, decided_by=by.identity, channel=by.channel)
     return replace(
         cp,
         outstanding=outstanding,

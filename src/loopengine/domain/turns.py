@@ -217,3 +217,28 @@ class CallRecord:
             result=d.get("result"),
             finished_at=d.get("finishedAt"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnQuery:
+    """Which turns an operator lists (:meth:`TurnStore.list_turns`): every field given must match.
+
+    ``since``: created at or after this time; ``limit``: the newest this many.
+    """
+
+    status: TurnStatus | None = None
+    stop_reason: StopReason | None = None
+    agent: str | None = None
+    tenant: str | None = None
+    since: float | None = None
+    limit: int = 50
+
+    def matches(self, turn: TurnRecord) -> bool:
+        """Whether ``turn`` is one this query lists (the adapters' own filters, checked once more)."""
+        return (
+            (self.status is None or turn.status is self.status)
+            and (self.stop_reason is None or turn.stop_reason is self.stop_reason)
+            and (self.agent is None or turn.agent == self.agent)
+            and (self.tenant is None or turn.tenant == self.tenant)
+            and (self.since is None or turn.created_at >= self.since)
+        )

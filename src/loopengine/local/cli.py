@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
         help="folder to create it in (default: the agents package if in this checkout, else ./agents)",
     )
     _add_chat(sub)
+    from loopengine.local.admin import add_parser as add_admin
+
+    add_admin(sub)
     return parser
 
 
@@ -159,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             from loopengine.local.agents_cli import scaffold
 
             return scaffold(os.environ, args.name, args.dir)
+        if args.command == "admin":
+            from loopengine.local.admin import main as admin
+
+            return admin(args, os.environ)
     except LoopengineError as exc:
         print(f"loopengine: {exc}", file=sys.stderr)
         return 2

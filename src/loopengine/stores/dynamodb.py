@@ -39,7 +39,7 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.idempotency import IdempotencyRecord
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.tokens.metering import DailyUsage
-from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
+from loopengine.domain.turns import CallRecord, TurnQuery, TurnRecord, TurnStatus
 from loopengine.stores import dynamodb_bill as bill
 from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
 from loopengine.stores.dynamodb_codec import key, n, unsortable
@@ -55,6 +55,7 @@ from loopengine.stores.dynamodb_heads import (
 )
 from loopengine.stores.dynamodb_index import read as read_index
 from loopengine.stores.dynamodb_items import OUTBOX_EVENTS, DynamoStore
+from loopengine.stores.dynamodb_scan import list_turns
 from loopengine.stores.dynamodb_sessions import DynamoSessionStore
 from loopengine.stores.dynamodb_table import (
     ABSENT,
@@ -193,6 +194,10 @@ class DynamoTurnStore(DynamoCommits):
         items = read_index(self.table, "OUTBOX", below=now, limit=limit)
         found = (OutboxRecord.from_dict(self.table.decode(i)) for i in items)
         return [r for r in found if r.due_at is not None and r.due_at <= now]
+
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The matching turns, newest first: a Scan of the table (:mod:`~loopengine.stores.dynamodb_scan`)."""
+        return list_turns(self.table, query, self._turn_of)
 
     def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
         """Store a notification's delivery state, ``events`` kept in its item (one PutItem)."""

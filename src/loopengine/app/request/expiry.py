@@ -20,15 +20,19 @@ from loopengine.app.runtime import Runtime
 from loopengine.domain import checkpoint as cps
 from loopengine.domain import turn_state as ts
 from loopengine.domain.checkpoint import TurnCheckpoint
+from loopengine.domain.decisions import DecidedBy
 from loopengine.domain.policy import describe
 from loopengine.domain.turns import TurnRecord, TurnStatus
 
 
-def expire_due(rt: Runtime, turn: TurnRecord) -> int:
+def expire_due(rt: Runtime, turn: TurnRecord, only: str | None = None, by: DecidedBy | None = None) -> int:
     """Apply the expiry policy to every item of the turn's parked batch that is past its deadline.
 
     The same write makes the turn ready if that closed the batch (then it is handed on), or moves
     its due time to the next expiry. Returns how many items expired.
+
+    ``only`` and ``by``: an operator (``loopengine admin expire``) closes that one open item now,
+    deadline or not, as nobody's answer under the same policy; the record says who.
     """
     if turn.status is not TurnStatus.PAUSED or turn.checkpoint_id is None:
         return 0
@@ -40,10 +44,13 @@ def expire_due(rt: Runtime, turn: TurnRecord) -> int:
         if cp is None or cp.closed:
             return None
         due = [i for i in cp.outstanding.values() if i.expires_at is not None and i.expires_at <= now]
+        if only is not None:
+            due = [cp.outstanding[only]] if only in cp.outstanding else []
         if not due:
             return None
         for item in due:
-            cp = cps.expire(cp, item, now, describe(round((item.expires_at or now) - cp.created_at)))
+            waited = describe(round(min(item.expires_at or now, now) - cp.created_at))
+            cp = cps.expire(cp, item, now, waited, by)
             expired.append(item.pending_id)
         moved = (
             ts.ready(t, cp.id, now, rt.handoff_grace)
@@ -52,7 +59,8 @@ def expire_due(rt: Runtime, turn: TurnRecord) -> int:
         )
         if moved is None:
             return None
-        events = tuple(rt.stamp("expired", pendingId=p, decidedBy="policy") for p in expired)
+        who = {"decidedBy": "policy"} if by is None else by.fields()
+        events = tuple(rt.stamp("expired", pendingId=p, **who) for p in expired)
         return Change(t.turn_id, turn=moved, checkpoint=cp, events=events)
 
     done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)

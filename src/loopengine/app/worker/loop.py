@@ -149,7 +149,8 @@ def _model_failed(worker: Worker, config: AgentConfig, turn: TurnRecord, exc: Mo
     error = rt.stamp("model_error", error=str(exc), retryable=exc.retryable, failures=failures)
     policy = config.model_retry or ModelRetry(rt.max_model_failures, rt.model_retry_seconds)
     if not exc.retryable or failures >= policy.attempts:
-        rt.event(turn.turn_id, "model_error", error=str(exc), retryable=exc.retryable, failures=failures)
+        detail = {"error": str(exc), "retryable": exc.retryable, "failures": failures}
+        rt.event(turn.turn_id, "model_error", for_agent=turn.agent, **detail)
         return finish(worker, config, turn, StopReason.ERROR, f"model call failed: {exc}")
     at = rt.stores.clock.now() + policy.wait(failures)
     waiting = rt.stamp("retry_scheduled", retryAt=at, attempt=failures)

@@ -78,9 +78,8 @@ def queue(rt: Runtime, start: Start, ahead: Sequence[TurnRecord]) -> TurnOutcome
     held = start.key.record(turn.turn_id, rt.stores.clock.now()) if start.key is not None else None
     try:
         snapshot = (turn.config_hash, start.config.snapshot())
-        rt.stores.turns.commit(
-            Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held, config=snapshot)
-        )
+        change = Change(turn.turn_id, new_turn=turn, events=(event,), idempotency=held, config=snapshot)
+        rt.observed(change, rt.stores.turns.commit(change))
     except AlreadyExists:  # the same key's first request landed meanwhile
         return replayed(rt, start.key)
     for earlier in ahead:  # its finish starts the next queued turn (it reads the session only then)
@@ -122,6 +121,7 @@ def run(
         if start.key is not None and (again := replay(rt, start.key)) is not None:
             return again  # it landed first and moved the session: answer it, not a 409
         raise Conflict(f"session {start.session_id} changed while this message arrived; retry") from None
+    rt.observed(create, created)
     delivery.deliver(rt, notes)
     worker = worker_for(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
     history.extend(add.messages)

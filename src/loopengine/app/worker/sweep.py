@@ -19,12 +19,17 @@ from loopengine.domain.turns import TurnRecord, TurnStatus
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed."""
+    """What one sweep did: items expired, turns handed on, notifications (re)sent, turns that failed.
+
+    ``oldest_due``: how many seconds the earliest due turn it found had been due (0 when none was):
+    a turn that stays due sweep after sweep is stuck (the ``OldestDueSeconds`` metric).
+    """
 
     expired: int = 0
     recovered: int = 0
     notified: int = 0
     failed: int = 0
+    oldest_due: float = 0.0
 
 
 def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
@@ -38,7 +43,9 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
     """
     now = rt.stores.clock.now()
     expired = recovered = failed = 0
-    for turn in rt.stores.turns.due_turns(now, limit):
+    due = rt.stores.turns.due_turns(now, limit)
+    oldest = max((now - t.due_at for t in due if t.due_at is not None), default=0.0)
+    for turn in due:
         try:
             moved = _sweep_one(rt, turn, now)
         except Exception as exc:  # one bad turn must not stop the pass; it stays due
@@ -48,7 +55,7 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
         expired += moved if turn.status is TurnStatus.PAUSED else 0
         recovered += moved if turn.status is not TurnStatus.PAUSED else 0
     notified = delivery.deliver_due(rt, limit)
-    return SweepResult(expired, recovered, notified, failed)
+    return SweepResult(expired, recovered, notified, failed, oldest)
 
 
 def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
@@ -66,7 +73,7 @@ def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
         rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, now + rt.handoff_grace), turn)
         return 0
     if turn.status in ts.CLAIMABLE:
-        rt.event(turn.turn_id, "sweep_handed_on", status=turn.status.value)
+        rt.event(turn.turn_id, "sweep_handed_on", for_agent=turn.agent, status=turn.status.value)
         hand_on(rt, turn)
         return 1
     return 0

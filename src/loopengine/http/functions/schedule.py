@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.domain.base.errors import LoopengineError
 from loopengine.http import root
-from loopengine.http.observability import flush, logger
+from loopengine.http.observability import flush, logger, oldest_due, record
 
 SAFETY_SECONDS = 30.0
 
@@ -31,9 +31,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # which only removes long-dead records.
         try:
             done = root.engine().sweep()
+            record(oldest_due(done.oldest_due))  # every sweep reports it: a silent sweep is itself an alarm
         finally:
             flush()
-        counts = {"expired": done.expired, "recovered": done.recovered, "notified": done.notified}
+        counts: dict[str, float] = {"expired": done.expired, "recovered": done.recovered}
+        counts |= {"notified": done.notified, "oldestDueSeconds": round(done.oldest_due, 1)}
         logger.info("sweep", extra=counts)
         swept: dict[str, Any] = {"swept": done.expired}
         if done.recovered:

@@ -1,7 +1,7 @@
 """Embedded SQLite adapter for the three store ports, on a :class:`SqliteDatabase`.
 
 The database (file, schema, a connection per thread, ``BEGIN IMMEDIATE`` writes) is
-:mod:`loopengine.stores.sqlite_database`. ``due_turns`` lists the turns that are due for the sweep by
+:mod:`loopengine.stores.sqlite.database`. ``due_turns`` lists the turns that are due for the sweep by
 ``due_at``, kept in step with ``turns`` in the same transaction (a table of its own, so a database
 made before it existed keeps working); ``outbox`` holds notifications, indexed by due time while
 undelivered. :meth:`SqliteTurnStore.commit` writes a whole state transition (turn, checkpoint,
@@ -12,13 +12,10 @@ history; a tool call's row is its claim that it runs at most once.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
-from collections.abc import Sequence
-from typing import Any
 
 from loopengine.app.ports import Change, Committed, Stores
 from loopengine.domain.base.clock import Clock
-from loopengine.domain.base.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.errors import AlreadyExists
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.idempotency import IdempotencyRecord
@@ -26,9 +23,9 @@ from loopengine.domain.messages import Message
 from loopengine.domain.outbox import OutboxRecord
 from loopengine.domain.tokens.context_window import Compaction, History
 from loopengine.domain.tokens.metering import DailyUsage
-from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
-from loopengine.stores import sqlite_bill as bill
-from loopengine.stores.sqlite_database import SqliteDatabase, compare_and_set, dumps, insert, loads
+from loopengine.domain.turns import CallRecord, TurnQuery, TurnRecord, TurnStatus
+from loopengine.stores.sqlite import bill as bill
+from loopengine.stores.sqlite.database import SqliteDatabase, dumps, insert, loads
 
 __all__ = [
     "SqliteCheckpointStore",
@@ -38,6 +35,18 @@ __all__ = [
     "open_sqlite_stores",
     "sqlite_stores",
 ]
+
+
+from loopengine.stores.sqlite.rows import (
+    _append,
+    _call_row,
+    _claim_key,
+    _create_checkpoint,
+    _create_turn,
+    _put_outbox,
+    _replace_checkpoint,
+    _replace_turn,
+)
 
 
 class _SqliteStore:
@@ -98,26 +107,6 @@ class SqliteCheckpointStore(_SqliteStore):
         return [TurnCheckpoint.from_dict(found) for found in rows]
 
 
-def _create_checkpoint(conn: sqlite3.Connection, cp: TurnCheckpoint) -> None:
-    try:
-        insert(conn, "checkpoints", _checkpoint_row(cp))
-        for pending_id in cp.outstanding:
-            insert(conn, "pending_pointers", {"pending_id": pending_id, "checkpoint_id": cp.id})
-    except sqlite3.IntegrityError as exc:
-        raise AlreadyExists(f"checkpoint {cp.id} or one of its pendingIds exists") from exc
-
-
-def _replace_checkpoint(conn: sqlite3.Connection, cp: TurnCheckpoint) -> TurnCheckpoint:
-    stored = dataclasses.replace(cp, version=cp.version + 1)
-    compare_and_set(conn, "checkpoints", "id", _checkpoint_row(stored), cp.version, TurnCheckpoint.from_dict)
-    return stored
-
-
-def _checkpoint_row(cp: TurnCheckpoint) -> dict[str, Any]:
-    columns = {"id": cp.id, "agent": cp.agent, "tenant": cp.tenant, "closed": int(cp.closed)}
-    return {**columns, "created_at": cp.created_at, "version": cp.version, "body": dumps(cp.to_dict())}
-
-
 class SqliteSessionStore(_SqliteStore):
     """SessionStore on SQLite: one row per message, keyed (session_id, seq)."""
 
@@ -132,25 +121,12 @@ class SqliteSessionStore(_SqliteStore):
             _append(conn, session_id, messages, expected_len)
 
     def load_since_compaction(self, session_id: str) -> History:
-        """The history from its latest compaction on (see :mod:`~loopengine.stores.sqlite_bill`)."""
+        """The history from its latest compaction on (see :mod:`~loopengine.stores.sqlite.bill`)."""
         return bill.load_since_compaction(self.db, session_id)
 
     def compactions(self, session_id: str) -> list[Compaction]:
         """Every compaction of the session, oldest first."""
         return bill.compactions(self.db, session_id)
-
-
-def _append(
-    conn: sqlite3.Connection, session_id: str, messages: Sequence[Message], expected_len: int
-) -> None:
-    (length,) = conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)).fetchone()
-    if length != expected_len:
-        raise VersionConflict(
-            f"session {session_id} has {length} messages, not {expected_len}", current=length
-        )
-    for seq, message in enumerate(messages, start=length):
-        row = {"session_id": session_id, "seq": seq, "body": dumps(message.to_dict())}
-        insert(conn, "messages", row)
 
 
 class SqliteTurnStore(_SqliteStore):
@@ -267,6 +243,18 @@ class SqliteTurnStore(_SqliteStore):
         )
         return [OutboxRecord.from_dict(found) for found in self.db.bodies(sql, (now, limit))]
 
+    def list_turns(self, query: TurnQuery) -> list[TurnRecord]:
+        """The matching turns, newest first: one read over the ``turns`` table (JSON1 on the body)."""
+        fields: dict[str, str | None] = {"status": query.status, "stopReason": query.stop_reason}
+        fields |= {"agent": query.agent, "tenant": query.tenant}
+        wanted = {name: value for name, value in fields.items() if value is not None}
+        where = ["created_at >= ?"] + [f"json_extract(body, '$.{name}') = ?" for name in wanted]
+        sql = (
+            f"SELECT body FROM turns WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
+        rows = self.db.bodies(sql, (query.since or 0.0, *wanted.values(), query.limit))
+        return [TurnRecord.from_dict(found) for found in rows]
+
     def put_outbox(self, record: OutboxRecord, events: tuple[JsonDict, ...] = ()) -> None:
         """Store a notification's delivery state, and ``events`` in the same transaction."""
         with self.db.write() as conn:
@@ -332,47 +320,6 @@ class SqliteTurnStore(_SqliteStore):
 _ON_CALL_CONFLICT = "ON CONFLICT (turn_id, tool_use_id) DO "
 
 
-def _turn_row(turn: TurnRecord) -> dict[str, Any]:
-    columns = {"turn_id": turn.turn_id, "session_id": turn.session_key, "version": turn.version}
-    return {**columns, "created_at": turn.created_at, "body": dumps(turn.to_dict())}
-
-
-def _create_turn(conn: sqlite3.Connection, turn: TurnRecord) -> None:
-    try:
-        insert(conn, "turns", _turn_row(turn))
-    except sqlite3.IntegrityError as exc:
-        raise AlreadyExists(f"turn {turn.turn_id} exists") from exc
-    _track_due(conn, turn)
-
-
-def _replace_turn(conn: sqlite3.Connection, turn: TurnRecord) -> TurnRecord:
-    stored = dataclasses.replace(turn, version=turn.version + 1)
-    compare_and_set(conn, "turns", "turn_id", _turn_row(stored), turn.version, TurnRecord.from_dict)
-    _track_due(conn, stored)
-    return stored
-
-
-def _track_due(conn: sqlite3.Connection, turn: TurnRecord) -> None:
-    """List ``turn`` in ``due_turns`` by its ``due_at``; drop it while nothing is due."""
-    if turn.due_at is not None:
-        row = {"turn_id": turn.turn_id, "due_at": turn.due_at}
-        upsert = "ON CONFLICT (turn_id) DO UPDATE SET due_at = excluded.due_at"
-        insert(conn, "due_turns", row, upsert)
-    else:
-        conn.execute("DELETE FROM due_turns WHERE turn_id = ?", (turn.turn_id,))
-
-
-def _put_outbox(conn: sqlite3.Connection, record: OutboxRecord) -> None:
-    # the column event_id holds the record's key: eventId#target (a record per target)
-    row = {"event_id": record.key, "turn_id": record.turn_id, "due_at": record.due_at}
-    upsert = "ON CONFLICT (event_id) DO UPDATE SET due_at = excluded.due_at, body = excluded.body"
-    insert(conn, "outbox", {**row, "body": dumps(record.to_dict())}, upsert)
-
-
-def _call_row(call: CallRecord) -> dict[str, Any]:
-    return {"turn_id": call.turn_id, "tool_use_id": call.tool_use_id, "body": dumps(call.to_dict())}
-
-
 def sqlite_stores(db: SqliteDatabase, clock: Clock) -> Stores:
     """The three stores on an open database; the caller owns ``db`` and closes it."""
     return Stores(SqliteCheckpointStore(db), SqliteSessionStore(db), SqliteTurnStore(db), clock, db.close)
@@ -384,16 +331,3 @@ def open_sqlite_stores(path: str, clock: Clock) -> Stores:
     The database stays open until ``stores.close()``.
     """
     return sqlite_stores(SqliteDatabase(path), clock)
-
-
-def _claim_key(conn: sqlite3.Connection, record: IdempotencyRecord) -> None:
-    """Store a key with its turn; AlreadyExists while an unexpired record holds it."""
-    held = conn.execute(
-        "SELECT 1 FROM idempotency_keys WHERE key = ? AND expires_at > ?", (record.key, record.created_at)
-    ).fetchone()
-    if held:
-        raise AlreadyExists(f"idempotency key {record.key} is taken")
-    conn.execute(
-        "INSERT OR REPLACE INTO idempotency_keys (key, expires_at, body) VALUES (?, ?, ?)",
-        (record.key, record.expires_at, dumps(record.to_dict())),
-    )

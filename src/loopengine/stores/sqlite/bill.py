@@ -15,7 +15,7 @@ from loopengine.domain.messages import Message
 from loopengine.domain.tokens.context_window import Compaction, History
 from loopengine.domain.tokens.metering import DailyUsage, Metered, Tally
 from loopengine.domain.tokens.usage import Usage
-from loopengine.stores.sqlite_database import SqliteDatabase, dumps, insert
+from loopengine.stores.sqlite.database import SqliteDatabase, dumps, insert
 
 _COUNTS = (
     "input_tokens",
