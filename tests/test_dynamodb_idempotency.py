@@ -3,7 +3,7 @@
 The fault is botocore's own behaviour under moto, not a patched store: a hook registered on
 ``before-send`` *after* moto's stubber (so moto has already applied the request) raises a
 ``ReadTimeoutError`` at the armed write, and botocore's ``standard`` retry sends the very same
-request again, as it would after a timeout on AWS. Only botocore's backoff sleep is skipped.
+request again, as it would after a timeout on AWS (at once: :mod:`tests.dynamodb_faults`).
 
 The flows are discovered, not hard-coded: a fault-free run counts the write requests of
 message→pause and of resolve→finish, then each index is faulted in turn and the outcome must be
@@ -21,11 +21,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
-import botocore.endpoint
 import pytest
 
 from loopengine.app.engine import Engine
@@ -37,7 +34,7 @@ from loopengine.domain.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
-from tests.contract.conftest import moto_dynamodb
+from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
 from tests.dynamodb_faults import ResponseLost
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
 
@@ -91,9 +88,8 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """Engines on moto through a production-configured client (standard retries, 5 attempts)."""
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    no_backoff = SimpleNamespace(sleep=lambda _seconds: None)
-    with moto_dynamodb(TABLE), mock.patch.object(botocore.endpoint, "time", no_backoff):
-        client = new_client()
+    with moto_dynamodb(TABLE):
+        client = one_request_at_a_time(new_client())
         yield Deployment(client, ResponseLost(client))
 
 
