@@ -216,36 +216,6 @@ def test_a_larger_shard_count_still_finds_every_entry_written_under_a_smaller_on
     assert [cp.id for cp in grown.checkpoints.list_open("acme")] == [cp.id for cp in cps]
 
 
-def test_entries_written_before_shards_existed_are_still_read(table: Table) -> None:
-    """A deployment upgraded from the unsharded layout keeps its entries under ``DUE``, ``OUTBOX``,
-    ``OPEN#<tenant>`` until their records are written again: the readers read those keys too."""
-    stores = table.stores(shards=4)
-    old, new = turn(due_at=T0 - 5), turn(due_at=T0 - 10)
-    old_note, old_cp = _note(old.turn_id, T0 - 5), checkpoint(tenant="acme", created_at=T0 - 5)
-    new_cp = checkpoint(tenant="acme", created_at=T0 - 10)
-    for record in (old, new):
-        stores.turns.create_turn(record)
-    stores.turns.put_outbox(old_note)
-    stores.checkpoints.create(old_cp)
-    stores.checkpoints.create(new_cp)
-    legacy = {
-        (f"TURN#{old.turn_id}", "TURN"): "DUE",
-        (f"TURN#{old.turn_id}", f"OUTBOX#{old_note.key}"): "OUTBOX",
-        (f"CP#{old_cp.id}", "CP"): "OPEN#acme",
-    }
-    for (pk, sk), partition in legacy.items():
-        table.client.update_item(
-            TableName=TABLE,
-            Key={"pk": {"S": pk}, "sk": {"S": sk}},
-            UpdateExpression="SET gsi1pk = :p",
-            ExpressionAttributeValues={":p": {"S": partition}},
-        )
-
-    assert stores.turns.due_turns(T0) == [new, old]
-    assert stores.turns.due_outbox(T0) == [old_note]
-    assert [cp.id for cp in stores.checkpoints.list_open("acme")] == [new_cp.id, old_cp.id]
-
-
 def test_list_open_keeps_to_its_tenant_and_agent_whatever_the_index_says(table: Table) -> None:
     stores = table.stores(shards=2)
     mine, theirs = checkpoint(tenant="acme"), checkpoint(tenant="globex")

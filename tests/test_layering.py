@@ -42,8 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "http": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap", "http"},
 }
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
-# the package root and its deprecation shim may name any module (they only re-export, lazily)
-ROOT_FILES = {"__init__.py", "_compat.py"}
+# the package root may name any module (it only re-exports, lazily)
+ROOT_FILES = {"__init__.py"}
 
 
 def room(path: Path) -> str:

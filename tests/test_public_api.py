@@ -1,4 +1,4 @@
-"""The public authoring API: what agent code imports comes from ``loopengine`` itself, and old paths warn."""
+"""The public authoring API: what agent code imports comes from ``loopengine`` itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import loopengine
-from loopengine import _compat
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,30 +34,6 @@ def test_importing_the_root_loads_no_sdk_and_no_engine() -> None:
     loaded = set(json.loads(done.stdout))
     assert not {m.split(".")[0] for m in loaded} & {"anthropic", "boto3", "httpx", "pydantic", "yaml"}
     assert "loopengine.app.engine" not in loaded
-
-
-OLD_PATHS_CHECK = """
-import importlib, json, sys, warnings
-from loopengine import _compat
-bad = []
-for old, new in sorted(_compat.MOVED.items()):
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        before = importlib.import_module("loopengine." + old)
-    after = importlib.import_module("loopengine." + new)
-    warned = any(issubclass(w.category, DeprecationWarning) and "moved to" in str(w.message) for w in seen)
-    if before is not after or not warned:
-        bad.append(old)
-print(json.dumps(bad))
-"""
-
-
-def test_every_old_import_path_still_works_for_a_release_and_warns() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", OLD_PATHS_CHECK], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert json.loads(done.stdout) == []
-    assert len(_compat.MOVED) >= 60  # every module that moved in 0.2
 
 
 def _loopengine_imports(path: Path) -> set[str]:

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopengine import _compat
-
 __version__ = "0.1.0"
-
-_compat.install()
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
