@@ -44,7 +44,7 @@ from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 from loopengine.http import root
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
-from tests.contract.conftest import FAKE_AWS
+from tests.contract.conftest import FAKE_AWS, fake_session
 from tests.harness import Calls, StaticAgents, agent
 from tests.test_magic_links import get_page, post_page
 
@@ -93,21 +93,21 @@ SENT: list[Email] = []
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Fake credentials and region, every AWS call answered by moto, and the emails SES accepted.
 
-    Clients made with ``boto3.client`` come from boto3's default session; hooks on its events
-    (botocore's ``before-parameter-build`` and ``after-call``) keep each ``SendEmail`` that SES
-    answered with a message id.
+    ``boto3.client`` (what the notifiers call) uses boto3's default session: here the tests' one
+    session (:func:`~tests.contract.conftest.fake_session`, whose clients cost little to make), on
+    whose events botocore's ``before-parameter-build`` and ``after-call`` hooks keep each
+    ``SendEmail`` that SES answered with a message id.
     """
     for key, value in FAKE_AWS.items():
         monkeypatch.setenv(key, value)
+    session = fake_session()
+    session.events.register("before-parameter-build.ses.SendEmail", _keep_params, unique_id="test-ses-params")
+    session.events.register("after-call.ses.SendEmail", _keep_accepted, unique_id="test-ses-accepted")
+    SENT.clear()
     with mock_aws():
-        boto3.setup_default_session()
-        assert boto3.DEFAULT_SESSION is not None
-        events = boto3.DEFAULT_SESSION.events
-        events.register("before-parameter-build.ses.SendEmail", _keep_params)
-        events.register("after-call.ses.SendEmail", _keep_accepted)
-        SENT.clear()
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
         yield
-        SENT.clear()
+    SENT.clear()
 
 
 @pytest.fixture

@@ -107,11 +107,20 @@ def moto_dynamodb(table: str = "loopengine-test") -> Iterator[Any]:
         yield client
 
 
+INDEX_SHARDS = 4
+"""The index shards of :func:`make_dynamodb`'s stores: every reader still merges several shards.
+
+moto answers each Query from the whole table, and a reader Queries every shard: the default 16
+would make each index read four times the requests for the same answer. The default count itself
+is checked in ``tests/test_dynamodb_index.py`` and ``tests/test_dynamodb_specific.py``.
+"""
+
+
 @contextmanager
 def make_dynamodb(tmp: Path, clock: FakeClock) -> Iterator[Stores]:
     """DynamoDB under moto: a fresh table per test, the adapter on a client made for it."""
     with moto_dynamodb() as client:
-        yield open_dynamodb_stores("loopengine-test", clock, client=client)
+        yield open_dynamodb_stores("loopengine-test", clock, client=client, index_shards=INDEX_SHARDS)
 
 
 ADAPTERS: dict[str, StoresFactory] = {"sqlite": make_sqlite, "dynamodb": make_dynamodb}
