@@ -196,7 +196,7 @@ def test_an_index_entry_is_billed_on_its_projected_size(table: Table) -> None:
 def test_a_larger_shard_count_still_finds_every_entry_written_under_a_smaller_one(table: Table) -> None:
     small = table.stores(shards=3)
     turns, cps, notes = [], [], []
-    for n in range(30):
+    for n in range(12):
         record = turn(due_at=T0 + n)
         small.turns.create_turn(record)
         turns.append(record)
