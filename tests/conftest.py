@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -23,8 +21,6 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.http import root
 from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness
-from tests.moto_rollback import one_rollback_copy
-from tests.moto_speedups import faster_moto
 
 settings.register_profile("loopengine", deadline=None)
 settings.load_profile("loopengine")
@@ -130,41 +126,3 @@ def _longest_first(item: pytest.Item) -> tuple[bool, float]:
     """Sort key: long tests first, the longest (``slow(seconds=...)``, a rough figure) before them."""
     marks = [mark for name in LONG_FIRST if (mark := item.get_closest_marker(name)) is not None]
     return (not marks, -max((float(mark.kwargs.get("seconds", 0)) for mark in marks), default=0.0))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Test processes parse botocore's data once; moto copies a table once per transaction, and takes
-    shortcuts that change none of its answers (:mod:`tests.moto_speedups`).
-
-    Not in pytest-xdist's controller, which runs no test.
-    """
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        return
-    _share_botocore_data()
-    installed = ExitStack()
-    installed.enter_context(one_rollback_copy())
-    installed.enter_context(faster_moto())
-    config.add_cleanup(installed.close)
-
-
-def _share_botocore_data() -> None:
-    """Give every new botocore session this process's one data loader (per data path).
-
-    moto starts each ``mock_aws`` on a new default boto3 session, and a new session's loader parses
-    botocore's JSON service models and endpoint data again: about 60 ms of CPU a client, a dozen
-    seconds over the suite. The loader holds only that static data (nothing per account,
-    credential or connection), which is why the product shares it too
-    (:mod:`loopengine.stores.dynamodb_client`); this does the same for the sessions that tests,
-    moto and the AWS notifiers make.
-    """
-    import botocore.loaders
-    import botocore.session
-
-    made: dict[str | None, Any] = {}
-
-    def shared_loader(search_paths: str | None = None) -> Any:
-        if search_paths not in made:
-            made[search_paths] = botocore.loaders.create_loader(search_paths)
-        return made[search_paths]
-
-    botocore.session.create_loader = shared_loader  # type: ignore[assignment]

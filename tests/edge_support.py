@@ -26,7 +26,7 @@ from loopengine.http import api, root
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import open_dynamodb_stores
 from loopengine.stores.sqlite import open_sqlite_stores
-from tests.contract.conftest import moto_dynamodb
+from tests.contract.conftest import INDEX_SHARDS, moto_dynamodb
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
@@ -106,7 +106,7 @@ def _stores(store: str, tmp: Path, clock: FakeClock) -> Iterator[tuple[Stores, A
             stores.close()
         return
     with moto_dynamodb(TABLE) as client:
-        stores = open_dynamodb_stores(TABLE, clock, client=client)
+        stores = open_dynamodb_stores(TABLE, clock, client=client, index_shards=INDEX_SHARDS)
         try:
             yield stores, client, ""
         finally:

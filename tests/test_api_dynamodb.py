@@ -26,7 +26,7 @@ from loopengine.domain.messages import Message, check_protocol
 from loopengine.http import api, root
 from loopengine.http.functions import resume
 from loopengine.stores.dynamodb import DynamoCheckpointStore
-from tests.contract.conftest import moto_dynamodb
+from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
 from tests.handler_support import FakeContext, call, load_event, with_auth, with_body
 
 TABLE = "loopengine-api-test"
@@ -75,6 +75,7 @@ def dep(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     with moto_dynamodb(TABLE) as client:
         built = root.build(dict(ENV))
         assert isinstance(built.rt.stores.checkpoints, DynamoCheckpointStore)
+        one_request_at_a_time(built.rt.stores.checkpoints.table.client)  # the client root.build made
         invoker = RecordingInvoker()
         built.rt.invoker = invoker  # the test delivers the resume events itself
         root.install(built)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import boto3
 import pytest
 import yaml
 from bench import scenario
@@ -24,6 +23,8 @@ from bench.agents.refund_cycle import script as bench_script
 from bench.meter import Meter, _size
 from bench.peers import run, venv
 from moto import mock_aws
+
+from tests.contract.conftest import fake_session
 
 ROOT = Path(__file__).resolve().parent.parent
 DASH = run.DASH
@@ -37,7 +38,7 @@ FAKE = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET
 def dynamo() -> Iterator[tuple[Any, Meter]]:
     """A PK/SK table (LangGraph's saver's shape) on moto, its client metered."""
     with mock.patch.dict(os.environ, FAKE), mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
+        client = fake_session().client("dynamodb")  # one Session: botocore's data parsed once
         client.create_table(
             TableName="t",
             BillingMode="PAY_PER_REQUEST",

@@ -8,13 +8,11 @@ so nothing can reach real AWS). A parked turn lives in the table, so it survives
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -48,41 +46,32 @@ class MotoServer:
 
 @pytest.fixture
 def moto_server() -> Iterator[MotoServer]:
-    """GIVEN a local moto server (requests applied one at a time, as DynamoDB applies each atomically)."""
+    """GIVEN moto's ``ThreadedMotoServer`` on a free local port, with a fresh loopengine table."""
     import boto3
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
     from moto.server import ThreadedMotoServer
 
-    one_at_a_time = threading.Lock()
-    unlocked = DomainDispatcherApplication.__call__
-
-    def locked(self: Any, environ: Any, start_response: Any) -> Any:
-        with one_at_a_time:
-            return unlocked(self, environ, start_response)
-
-    with mock.patch.object(DomainDispatcherApplication, "__call__", locked):
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-        server.start()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name=FAKE_CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
+        )
+        table = f"loopengine-dev-{uuid.uuid4().hex[:8]}"
+        create_table(client, table)
         try:
-            host, port = server.get_host_and_port()
-            endpoint = f"http://{host}:{port}"
-            client = boto3.client(
-                "dynamodb",
-                endpoint_url=endpoint,
-                region_name=FAKE_CREDENTIALS["AWS_DEFAULT_REGION"],
-                aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                aws_session_token=FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
-            )
-            table = f"loopengine-dev-{uuid.uuid4().hex[:8]}"
-            create_table(client, table)
-            try:
-                yield MotoServer(endpoint, table, client)
-            finally:
-                client.delete_table(TableName=table)
-                client.close()
+            yield MotoServer(endpoint, table, client)
         finally:
-            server.stop()
+            client.delete_table(TableName=table)
+            client.close()
+    finally:
+        server.stop()
 
 
 @pytest.fixture

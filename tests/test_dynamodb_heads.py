@@ -3,13 +3,12 @@
 What ``stores/dynamodb_heads.py`` promises, tried against moto: a transition writes one item of
 the turn's partition; a call is claimed at most once whichever way it is claimed, from whichever
 process; a log past a KB moves to a ``LOG#`` item and reads the same; events written on their own
-interleave by time even at one stamp; a turn of the older layout keeps its items.
+interleave by time even at one stamp.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from typing import Any
 
@@ -167,33 +166,6 @@ def test_events_written_on_their_own_interleave_by_time_even_at_one_stamp(
         assert any(sk.startswith("LOG#") for sk in partition(dynamo, record))
     kinds = [e["type"] for e in other_process(dynamo).turns.events(record.turn_id)]
     assert kinds == ["started", "model_response", "text:delta", "tool_outcome", "text:delta", "finished"]
-
-
-def test_a_turn_of_the_older_layout_keeps_its_items(dynamo: Dynamo) -> None:
-    """A head without a log (stored before heads carried one) is written as it was, with its items."""
-    record = turn()
-    dynamo.stores.turns.create_turn(record)
-    head = dynamo.raw(f"TURN#{record.turn_id}", "TURN")
-    assert head is not None
-    dynamo.client.put_item(  # the head as the version before wrote it: the turn's JSON alone
-        TableName=TABLE,
-        Item={**{k: v for k, v in head.items() if k not in ("z1", "data")}, "data": {"S": _json(record)}},
-    )
-    stores = other_process(dynamo)
-    claim = call(record.turn_id)
-
-    stored = step(stores, record, event("model_response"), claims=(claim,))
-
-    assert [sk.split("#")[0] for sk in partition(dynamo, record)] == ["CALL", "EVENT", "TURN"]
-    assert stores.turns.events(record.turn_id) == [event("model_response")]
-    assert stores.turns.calls(record.turn_id) == {claim.tool_use_id: claim}
-    with pytest.raises(AlreadyExists):
-        step(stores, stored, claims=(claim,))
-    assert not stores.turns.start_call(claim)
-
-
-def _json(record: TurnRecord) -> str:
-    return json.dumps(record.to_dict(), separators=(",", ":"))
 
 
 def test_a_process_that_never_read_the_head_reads_it_once_then_writes(dynamo: Dynamo) -> None:

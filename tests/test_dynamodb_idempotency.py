@@ -3,7 +3,7 @@
 The fault is botocore's own behaviour under moto, not a patched store: a hook registered on
 ``before-send`` *after* moto's stubber (so moto has already applied the request) raises a
 ``ReadTimeoutError`` at the armed write, and botocore's ``standard`` retry sends the very same
-request again, as it would after a timeout on AWS. Only botocore's backoff sleep is skipped.
+request again, as it would after a timeout on AWS (at once: :mod:`tests.dynamodb_faults`).
 
 The flows are discovered, not hard-coded: a fault-free run counts the write requests of
 message→pause and of resolve→finish, then each index is faulted in turn and the outcome must be
@@ -21,11 +21,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
-import botocore.endpoint
 import pytest
 
 from loopengine.app.engine import Engine
@@ -37,7 +34,7 @@ from loopengine.domain.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
-from tests.contract.conftest import moto_dynamodb
+from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
 from tests.dynamodb_faults import ResponseLost
 from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
 
@@ -91,9 +88,8 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """Engines on moto through a production-configured client (standard retries, 5 attempts)."""
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    no_backoff = SimpleNamespace(sleep=lambda _seconds: None)
-    with moto_dynamodb(TABLE), mock.patch.object(botocore.endpoint, "time", no_backoff):
-        client = new_client()
+    with moto_dynamodb(TABLE):
+        client = one_request_at_a_time(new_client())
         yield Deployment(client, ResponseLost(client))
 
 
@@ -193,12 +189,12 @@ def test_a_lost_response_at_any_write_of_either_flow_changes_nothing(monkeypatch
 
 
 def test_many_sessions_with_lost_responses_all_come_to_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    """30 sessions on 5 threads, one write in 8 answered by a lost response: every turn finishes.
+    """20 sessions on 5 threads, one write in 8 answered by a lost response: every turn finishes.
 
-    Sessions share a table in fives (moto's cost grows with the table), so threads still meet on
-    the same table and on the shared config snapshot item.
+    Sessions share a table in fives (moto's cost grows with the table) and start in turn on four
+    tables, so two threads at a time meet on one table and its shared config snapshot item.
     """
-    sessions, threads = 30, 5  # (each write's fault alone: the test above; here they meet on threads)
+    sessions, threads = 20, 5  # (each write's fault alone: the test above; here they meet on threads)
     with deployment(monkeypatch) as d:
         engines = [d.engine() for _ in range(sessions // threads)]
         work = [(engines[i % len(engines)], f"ses_load{i:04d}") for i in range(sessions)]

@@ -127,9 +127,7 @@ def test_the_template_declares_the_table_create_table_makes(table: Table) -> Non
     declared = template["Resources"]["Table"]["Properties"]
     made = table.client.describe_table(TableName=TABLE)["Table"]
     (index,) = made["GlobalSecondaryIndexes"]
-    kept = [i for i in declared["GlobalSecondaryIndexes"] if isinstance(i, dict) and "IndexName" in i]
-
-    assert kept == [
+    assert declared["GlobalSecondaryIndexes"] == [
         {
             "IndexName": index["IndexName"],
             "KeySchema": index["KeySchema"],
@@ -199,7 +197,7 @@ def test_an_index_entry_is_billed_on_its_projected_size(table: Table) -> None:
 def test_a_larger_shard_count_still_finds_every_entry_written_under_a_smaller_one(table: Table) -> None:
     small = table.stores(shards=3)
     turns, cps, notes = [], [], []
-    for n in range(30):
+    for n in range(12):
         record = turn(due_at=T0 + n)
         small.turns.create_turn(record)
         turns.append(record)
@@ -215,36 +213,6 @@ def test_a_larger_shard_count_still_finds_every_entry_written_under_a_smaller_on
     assert grown.turns.due_turns(T0 + 100, limit=7) == turns[:7]
     assert grown.turns.due_outbox(T0 + 100) == notes
     assert [cp.id for cp in grown.checkpoints.list_open("acme")] == [cp.id for cp in cps]
-
-
-def test_entries_written_before_shards_existed_are_still_read(table: Table) -> None:
-    """A deployment upgraded from the unsharded layout keeps its entries under ``DUE``, ``OUTBOX``,
-    ``OPEN#<tenant>`` until their records are written again: the readers read those keys too."""
-    stores = table.stores(shards=4)
-    old, new = turn(due_at=T0 - 5), turn(due_at=T0 - 10)
-    old_note, old_cp = _note(old.turn_id, T0 - 5), checkpoint(tenant="acme", created_at=T0 - 5)
-    new_cp = checkpoint(tenant="acme", created_at=T0 - 10)
-    for record in (old, new):
-        stores.turns.create_turn(record)
-    stores.turns.put_outbox(old_note)
-    stores.checkpoints.create(old_cp)
-    stores.checkpoints.create(new_cp)
-    legacy = {
-        (f"TURN#{old.turn_id}", "TURN"): "DUE",
-        (f"TURN#{old.turn_id}", f"OUTBOX#{old_note.key}"): "OUTBOX",
-        (f"CP#{old_cp.id}", "CP"): "OPEN#acme",
-    }
-    for (pk, sk), partition in legacy.items():
-        table.client.update_item(
-            TableName=TABLE,
-            Key={"pk": {"S": pk}, "sk": {"S": sk}},
-            UpdateExpression="SET gsi1pk = :p",
-            ExpressionAttributeValues={":p": {"S": partition}},
-        )
-
-    assert stores.turns.due_turns(T0) == [new, old]
-    assert stores.turns.due_outbox(T0) == [old_note]
-    assert [cp.id for cp in stores.checkpoints.list_open("acme")] == [new_cp.id, old_cp.id]
 
 
 def test_list_open_keeps_to_its_tenant_and_agent_whatever_the_index_says(table: Table) -> None:

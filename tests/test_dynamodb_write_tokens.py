@@ -1,6 +1,6 @@
 """The table's write tokens: our own landed write is a success, anyone else's is still a conflict.
 
-Table-level checks under moto (botocore's real retries; only its backoff sleep is skipped): every
+Table-level checks under moto (botocore's real retries; a fault injected here is re-sent at once): every
 send of one logical transaction carries one ``ClientRequestToken``; a re-sent put or transaction
 that already landed succeeds; a condition failing on another writer's item still fails; a
 ``TransactionInProgressException`` is asked again with the same token. ``stamp_action`` is checked
@@ -12,14 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
-import botocore.endpoint
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
-from moto.core.botocore_stubber import MockRawResponse
 
 from loopengine.stores.dynamodb_codec import key, n, s
 from loopengine.stores.dynamodb_table import (
@@ -59,8 +55,7 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     """GIVEN a table on moto through a production-configured client (standard retries, 5 attempts)."""
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    no_backoff = SimpleNamespace(sleep=lambda _seconds: None)
-    with moto_dynamodb(TABLE), mock.patch.object(botocore.endpoint, "time", no_backoff):
+    with moto_dynamodb(TABLE):
         client = new_client()
         sent: list[dict[str, Any]] = []
 
@@ -138,25 +133,43 @@ def test_a_transaction_cancelled_by_someone_else_is_still_cancelled(rig: Rig) ->
 
 
 def test_a_transaction_still_in_progress_is_asked_again_with_the_same_token(rig: Rig) -> None:
-    """botocore retries TransactionInProgress 5 times; then the adapter asks again, same token."""
-    refusals = {"left": 6}
+    """botocore retries TransactionInProgress on its own; when it gives up, the adapter asks again.
+
+    A client of two attempts (one backoff of botocore's, under a second): both are refused, then the
+    adapter's own retry of the transaction lands, with the same token on all three sends.
+    """
+    client = new_client(max_attempts=2)
+    table = DynamoTable(TABLE, client)
+    sent: list[dict[str, Any]] = []
+    refusals = {"left": 2}
 
     def in_progress(request: Any, **_: Any) -> AWSResponse | None:
+        sent.append(json.loads(request.body))
         if refusals["left"] == 0:
             return None
         refusals["left"] -= 1
         body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#TransactionInProgressException"})
         headers = HTTPHeaders()
         headers["x-amzn-ErrorType"] = "TransactionInProgressException"
-        return AWSResponse(request.url, 400, headers, MockRawResponse(body))
+        return AWSResponse(request.url, 400, headers, _Raw(body.encode()))
 
-    events: Any = rig.table.client.meta.events  # a before-send handler may answer with a response
+    events: Any = client.meta.events  # a before-send handler may answer with a response
     events.register_first("before-send.dynamodb.TransactWriteItems", in_progress)
-    rig.table.transact([rig.table.put_action(thing(pk), ABSENT) for pk in ("a", "b")])
+    table.transact([table.put_action(thing(pk), ABSENT) for pk in ("a", "b")])
 
-    tokens = {sent["ClientRequestToken"] for sent in rig.transactions}
-    assert len(rig.transactions) == 7 and len(tokens) == 1
+    tokens = {body["ClientRequestToken"] for body in sent}
+    assert len(sent) == 3 and len(tokens) == 1
     assert rig.raw("a") is not None and rig.raw("b") is not None
+
+
+class _Raw:
+    """The raw body of a response a ``before-send`` handler answers with (what botocore reads)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
 
 
 def test_a_resent_update_transaction_that_landed_is_ours(rig: Rig) -> None:

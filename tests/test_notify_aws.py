@@ -3,8 +3,9 @@
 Every notifier is built the way an agent's ``notifier:`` block builds it
 (:func:`loopengine.channels.base.build`) and sends real ``approval`` / ``question`` /
 ``run_finish`` notifications (payloads from :func:`loopengine.app.worker.batch.pending_notification` and the
-loop's ``run_finish`` shape). What arrived is read back from moto: SES's sent messages, an SQS
-queue subscribed to the topic with raw message delivery, the queue itself.
+loop's ``run_finish`` shape). What arrived is read back through the AWS APIs: the emails SES
+accepted (as the notifier's client sent them), an SQS queue subscribed to the topic with raw
+message delivery, the queue itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -23,8 +25,6 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
@@ -44,7 +44,7 @@ from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 from loopengine.http import root
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
-from tests.contract.conftest import FAKE_AWS
+from tests.contract.conftest import FAKE_AWS, fake_session
 from tests.harness import Calls, StaticAgents, agent
 from tests.test_magic_links import get_page, post_page
 
@@ -56,6 +56,8 @@ SECRET = "magic-link-secret-do-not-leak-0123456789"
 PUBLIC_URL = "https://loop.example.test/prod"
 LINK = re.compile(re.escape(PUBLIC_URL) + r"/magic/([A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)")
 HOURS = 3600.0
+ACCOUNT = "123456789012"
+"""The account moto answers as (any twelve digits name a queue or topic no request reaches)."""
 
 REFUND_ARGS = {"order_id": "A-1001", "amount": 212.0, "reason": "arrived broken"}
 REFUND_SCHEMA = {
@@ -73,13 +75,39 @@ REFUND_SCHEMA = {
 # -- fixtures and helpers ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Email:
+    """One email SES accepted, as the client sent it (``body``: the HTML part, else the text)."""
+
+    source: str
+    destinations: dict[str, list[str]]
+    subject: str
+    body: str
+
+
+SENT: list[Email] = []
+"""The emails SES accepted in the running test."""
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fake credentials and region, and every AWS call answered by moto."""
+    """Fake credentials and region, every AWS call answered by moto, and the emails SES accepted.
+
+    ``boto3.client`` (what the notifiers call) uses boto3's default session: here the tests' one
+    session (:func:`~tests.contract.conftest.fake_session`, whose clients cost little to make), on
+    whose events botocore's ``before-parameter-build`` and ``after-call`` hooks keep each
+    ``SendEmail`` that SES answered with a message id.
+    """
     for key, value in FAKE_AWS.items():
         monkeypatch.setenv(key, value)
+    session = fake_session()
+    session.events.register("before-parameter-build.ses.SendEmail", _keep_params, unique_id="test-ses-params")
+    session.events.register("after-call.ses.SendEmail", _keep_accepted, unique_id="test-ses-accepted")
+    SENT.clear()
     with mock_aws():
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", session)
         yield
+    SENT.clear()
 
 
 @pytest.fixture
@@ -175,9 +203,22 @@ def webhook_body(n: Notification) -> dict[str, Any]:
     return {"event": n.event, **n.payload}
 
 
-def sent_emails() -> list[Any]:
-    """Everything moto's SES accepted (moto keeps only the HTML part when both are sent)."""
-    return list(ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages)
+def _keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    context["sent email"] = json.loads(json.dumps(params))
+
+
+def _keep_accepted(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    if "MessageId" not in parsed:  # refused (an error response): nothing was sent
+        return
+    sent = context["sent email"]
+    body = sent["Message"]["Body"]
+    part = body.get("Html", body.get("Text"))
+    SENT.append(Email(sent["Source"], sent["Destination"], sent["Message"]["Subject"]["Data"], part["Data"]))
+
+
+def sent_emails() -> list[Email]:
+    """Everything SES accepted so far in this test, in order."""
+    return list(SENT)
 
 
 def verified_ses() -> Any:
@@ -241,10 +282,9 @@ def test_approval_email_gives_each_recipient_its_own_working_magic_link(aws: Non
     assert {m.source for m in mails} == {SENDER}
     assert {m.subject for m in mails} == {"[loopengine] customer-service wants to issue_refund"}
     tokens = []
-    for recipient, mail, sent in zip((ALICE, BOB), mails, params, strict=True):
+    for recipient, sent in zip((ALICE, BOB), params, strict=True):
         text = sent["Message"]["Body"]["Text"]["Data"]
         html = sent["Message"]["Body"]["Html"]["Data"]
-        assert mail.body == html  # what moto stored is what was sent
         [token] = set(LINK.findall(text))
         assert set(LINK.findall(html)) == {token}
         claims = magic.verify_token(SECRET, token, clock.now())
@@ -380,7 +420,7 @@ def test_sns_fifo_topic_groups_by_turn(aws: None, clock: FakeClock) -> None:
 
 
 def test_sns_missing_topic_is_a_delivery_error(aws: None, clock: FakeClock) -> None:
-    arn = f"arn:aws:sns:{REGION}:{DEFAULT_ACCOUNT_ID}:nobody-made-this"
+    arn = f"arn:aws:sns:{REGION}:{ACCOUNT}:nobody-made-this"
     notifier = build("sns", {"topic_arn": arn}, env(), clock)
     with pytest.raises(DeliveryError, match=r"sns nobody-made-this: publish failed: NotFound") as caught:
         notifier.send(approval())
@@ -427,7 +467,7 @@ def test_fifo_queue_groups_by_turn_and_deduplicates_by_body(aws: None, clock: Fa
 
 
 def test_missing_queue_is_a_delivery_error(aws: None, clock: FakeClock) -> None:
-    url = f"https://sqs.{REGION}.amazonaws.com/{DEFAULT_ACCOUNT_ID}/nobody-made-this"
+    url = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/nobody-made-this"
     notifier = build("queue", {"queue_url": url}, env(), clock)
     with pytest.raises(DeliveryError, match=r"queue nobody-made-this: send failed") as caught:
         notifier.send(approval())
@@ -440,10 +480,8 @@ def test_missing_queue_is_a_delivery_error(aws: None, clock: FakeClock) -> None:
 def test_clients_use_standard_retries_and_are_created_only_on_first_use(aws: None, clock: FakeClock) -> None:
     notifiers: list[Any] = [
         build("email", {"to": [ALICE]}, env(), clock),
-        build("sns", {}, env(LOOPENGINE_SNS_TOPIC_ARN=f"arn:aws:sns:{REGION}:{DEFAULT_ACCOUNT_ID}:t"), clock),
-        build(
-            "queue", {"queue_url": f"https://sqs.{REGION}.amazonaws.com/{DEFAULT_ACCOUNT_ID}/q"}, env(), clock
-        ),
+        build("sns", {}, env(LOOPENGINE_SNS_TOPIC_ARN=f"arn:aws:sns:{REGION}:{ACCOUNT}:t"), clock),
+        build("queue", {"queue_url": f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/q"}, env(), clock),
     ]
     assert [type(n) for n in notifiers] == [EmailNotifier, SnsNotifier, QueueNotifier]
     for notifier in notifiers:

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import boto3
 import pytest
 from aws_lambda_powertools.utilities.parameters import base as parameters_base
 from moto import mock_aws
@@ -25,6 +24,7 @@ from loopengine.channels.magic.token import issue_token
 from loopengine.domain.base.errors import ConfigError
 from loopengine.http import api, secrets
 from loopengine.models.anthropic import AnthropicModel
+from tests.contract.conftest import fake_session
 from tests.handler_support import InstallRoot, load_event, with_auth
 from tests.handler_support import call as http
 
@@ -45,7 +45,7 @@ def sm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setenv(name, value)
     parameters_base.DEFAULT_PROVIDERS.clear()
     with mock_aws():
-        yield boto3.client("secretsmanager", region_name=REGION)
+        yield fake_session().client("secretsmanager")  # one Session: botocore's data parsed once
     parameters_base.DEFAULT_PROVIDERS.clear()
 
 

@@ -153,17 +153,9 @@ class DynamoTurnStore(DynamoCommits):
         return [turns[turn_id] for turn_id in ids if turn_id in turns]
 
     def session_owner(self, session_id: str) -> tuple[str, str] | None:
-        """(tenant, agent) of the session's first turn: a Query of one index entry.
-
-        An entry written before entries named them costs a read of its turn too.
-        """
+        """(tenant, agent) of the session's first turn: a Query of one index entry, which names them."""
         first = next(iter(self.table.query(f"SESSION#{session_id}", "TURN#", Limit=1)), None)
-        if first is None:
-            return None
-        if "tenant" in first and "agent" in first:
-            return first["tenant"]["S"], first["agent"]["S"]
-        turn = self.get_turn(first["turnId"]["S"])
-        return None if turn is None else (turn.tenant, turn.agent)
+        return None if first is None else (first["tenant"]["S"], first["agent"]["S"])
 
     def unfinished_session_turns(self, session_id: str) -> list[TurnRecord]:
         """The session's turns that have not finished, oldest first: whatever the session's age.
@@ -236,7 +228,7 @@ class DynamoTurnStore(DynamoCommits):
                 calls.append(CallRecord.from_dict(self.table.decode(item)))
             elif sk.startswith("OUTBOX#") and (kept := self.table.decode(item).get(OUTBOX_EVENTS)):
                 groups.append(EventGroup.from_dict(kept))  # a delivery's audit event, kept with it
-        if head is not None and head.log is not None:
+        if head is not None:
             groups += head.log.groups
             calls += head.log.calls
         return groups, calls
@@ -244,15 +236,15 @@ class DynamoTurnStore(DynamoCommits):
     def start_call(self, call: CallRecord) -> bool:
         """Claim a call on its own: True if this caller claimed it, False if it was claimed before.
 
-        Its record is a ``CALL#`` item created absent; on a turn whose head carries a log, the same
-        transaction adds the call to the head's ``claimed`` set (unless it is there already), the
-        guard a transition's claims are written under.
+        Its record is a ``CALL#`` item created absent; the same transaction adds the call to the
+        turn head's ``claimed`` set (unless it is there already), the guard a transition's claims are
+        written under.
         """
         item = self._call_item(call)
-        found = self.heads.recall(call.turn_id) or self._read_head(call.turn_id)  # its layout
+        found = self.heads.recall(call.turn_id) or self._read_head(call.turn_id)
         digest = claim_digest(call.tool_use_id)
         try:
-            if found is None or found.log is None:  # no head, or one of the older layout: the item alone
+            if found is None:  # no turn stored under this id: the item alone
                 self.table.put(item, ABSENT)
                 return True
             guard = {

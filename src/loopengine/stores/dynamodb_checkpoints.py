@@ -44,14 +44,7 @@ class DynamoCheckpointStore(DynamoStore):
         pointer = self.table.get(f"PENDING#{pending_id}", "PENDING")
         if pointer is None:
             return None
-        cp_id = pointer["checkpointId"]["S"]
-        turn_id = pointer["turnId"]["S"] if "turnId" in pointer else None
-        if turn_id is None:  # a pointer written before pointers named their turn
-            cp = self.get(cp_id)
-            if cp is None:
-                return None
-            head = self._read_head(cp.turn_id)
-            return cp, None if head is None else head.turn
+        cp_id, turn_id = pointer["checkpointId"]["S"], pointer["turnId"]["S"]
         found = {
             i["pk"]["S"]: i
             for i in self.table.batch_get([key(f"CP#{cp_id}", "CP"), key(f"TURN#{turn_id}", "TURN")])

@@ -2,11 +2,9 @@
 
 A record's body is its JSON text in one ``data`` string attribute or, when the text is longer than
 ``COMPRESS_OVER`` bytes and zlib makes it smaller, that text compressed in one ``z1`` binary
-attribute (deflate with the preset dictionary :data:`ZDICT_1`; ``z``, without one, is what the
-version before wrote, still read): DynamoDB bills writes per started KB (twice in a
-transaction) and reads per 4 KB, so a checkpoint of 1.3 KB of JSON costs 2 units a write and its
-~0.5 KB compressed form 1 (a reader accepts every form; items written before compression keep
-``data``).
+attribute (deflate with the preset dictionary :data:`ZDICT_1`): DynamoDB bills writes per started
+KB (twice in a transaction) and reads per 4 KB, so a checkpoint of 1.3 KB of JSON costs 2 units a
+write and its ~0.5 KB compressed form 1.
 
 DynamoDB refuses items over 400 KB, so a body whose stored form is longer than ``INLINE_LIMIT``
 is cut into content-addressed, immutable blob parts of its JSON text (``BLOB#<sha256>`` /
@@ -142,19 +140,16 @@ def inline(item: Item) -> tuple[bool, Any]:
     """``(True, body)`` for an item holding its body inline (compressed or not); ``(False, None)`` else."""
     if "data" in item:
         return True, json.loads(item["data"]["S"])
-    for name, zdict in (("z1", ZDICT_1), ("z", b"")):
-        if name in item:
-            try:
-                unpacker = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
-                text = unpacker.decompress(bytes(item[name]["B"])) + unpacker.flush()
-                if not unpacker.eof:
-                    raise ValueError("cut short")
-                return True, json.loads(text)
-            except (zlib.error, ValueError) as exc:  # never a wrong record, never a stack trace upstream
-                raise StoreError(
-                    f"item {item.get('pk', {}).get('S', '?')}: its compressed body is corrupt"
-                ) from exc
-    return False, None
+    if "z1" not in item:
+        return False, None
+    try:
+        unpacker = zlib.decompressobj(zdict=ZDICT_1)
+        text = unpacker.decompress(bytes(item["z1"]["B"])) + unpacker.flush()
+        if not unpacker.eof:
+            raise ValueError("cut short")
+        return True, json.loads(text)
+    except (zlib.error, ValueError) as exc:  # never a wrong record, never a stack trace upstream
+        raise StoreError(f"item {item.get('pk', {}).get('S', '?')}: its compressed body is corrupt") from exc
 
 
 def manifest(item: Item) -> tuple[str, int]:

@@ -128,21 +128,16 @@ class DynamoCommits(DynamoStore):
             turn = dataclasses.replace(change.turn, version=change.turn.version + 1)
             head = self._head_at(change.turn)
             plan.turn_at = len(plan.actions)
-            if head.log is None:  # a turn of the layout before heads carried logs
-                expected = version_is(change.turn.version)
-                item = self._head_item(Head(turn, None))
-                plan.add([self.table.put_action(item, expected)], TurnRecord.from_dict)
-            else:
-                plan.claims = frozenset(claim_digest(c.tool_use_id) for c in change.claims)
-                if plan.claims & head.claimed:
-                    raise AlreadyExists(f"turn {change.turn_id}: a call to claim was claimed before")
-                log = head.log.add(self._group(change), (*change.claims, *change.calls_to_store()))
-                claimed = head.claimed | plan.claims
-                condition = _head_condition(change.turn.version, head.claimed)
-                actions, plan.stored = self._head_actions(Head(turn, log, claimed), condition)
-                plan.add(actions[:1], TurnRecord.from_dict)
-                plan.add(actions[1:])
-                logged = True
+            plan.claims = frozenset(claim_digest(c.tool_use_id) for c in change.claims)
+            if plan.claims & head.claimed:
+                raise AlreadyExists(f"turn {change.turn_id}: a call to claim was claimed before")
+            log = head.log.add(self._group(change), (*change.claims, *change.calls_to_store()))
+            claimed = head.claimed | plan.claims
+            condition = _head_condition(change.turn.version, head.claimed)
+            actions, plan.stored = self._head_actions(Head(turn, log, claimed), condition)
+            plan.add(actions[:1], TurnRecord.from_dict)
+            plan.add(actions[1:])
+            logged = True
             if turn.status is TurnStatus.FINISHED:  # its ACTIVE# entry goes in the same write
                 plan.add([self._unlist_action(turn)])
         if change.new_checkpoint is not None:

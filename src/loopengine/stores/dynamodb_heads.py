@@ -16,12 +16,9 @@ one item of the turn's partition, under a KB:
   created absent in the same transaction, and the head starts an empty log.
 
 Readers merge the head's log, the flushed logs, and the ``EVENT#``/``CALL#`` items written on their
-own (a text delta, an outcome recorded after the turn moved on, a standalone claim) and by turns
-created before this layout: events in the order of their stamps (ties: the writing process's
-counter, as the ``EVENT#`` keys are ordered), a call's record with an outcome over its claim.
-
-A turn whose head has no ``log`` (created before this layout) keeps writing its events and calls
-as items of their own for the rest of its life; the layout is decided when a turn is created.
+own (a text delta, an outcome recorded after the turn moved on, a standalone claim): events in the
+order of their stamps (ties: the writing process's counter, as the ``EVENT#`` keys are ordered), a
+call's record with an outcome over its claim.
 
 A commit needs the head's log as stored at the version it replaces. Every read and write of a head
 in this process remembers it (:class:`HeadCache`); a commit whose version is not remembered reads
@@ -121,8 +118,7 @@ class Head:
     """A turn as its head item holds it."""
 
     turn: TurnRecord
-    log: TurnLog | None
-    """None: a turn of the layout before heads carried logs (its events and calls are items)."""
+    log: TurnLog
     claimed: frozenset[bytes] = field(default_factory=frozenset)
     """Digests of the calls claimed on the turn (:func:`claim_digest`)."""
 
@@ -130,15 +126,14 @@ class Head:
     def parse(body: JsonDict, item: Item) -> Head:
         """The head of a decoded body and its item (for ``claimed``)."""
         fields = dict(body)
-        log = fields.pop("log", None)
+        log = fields.pop("log")
         turn = TurnRecord.from_dict(fields)
         claimed = frozenset(bytes(b) for b in item.get("claimed", {}).get("BS", ()))
-        return Head(turn, None if log is None else TurnLog.from_dict(log, turn.turn_id), claimed)
+        return Head(turn, TurnLog.from_dict(log, turn.turn_id), claimed)
 
     def body(self) -> JsonDict:
-        """The stored body: the turn's JSON, plus its log in the layout that has one."""
-        fields = self.turn.to_dict()
-        return fields if self.log is None else {**fields, "log": self.log.to_dict()}
+        """The stored body: the turn's JSON plus its log."""
+        return {**self.turn.to_dict(), "log": self.log.to_dict()}
 
 
 def item_size(item: Item) -> int:

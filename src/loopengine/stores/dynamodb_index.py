@@ -15,8 +15,7 @@ them by sort key, so it answers in one order and ``limit`` takes the earliest ac
 **Growing the count.** Raising ``shards`` (``LOOPENGINE_INDEX_SHARDS``) moves each record to its
 new shard the next time it is written; until then its entry sits in a shard below the old count,
 which the readers still read. Lowering it would strand entries in shards nobody reads: the count
-may only grow. Readers also read the family's own key (``DUE``, ``OUTBOX``, ``OPEN#<tenant>``),
-where the layout before shards kept every entry (one more Query, empty once those are rewritten).
+may only grow.
 
 Index reads are eventually consistent; a reader then fetches the records themselves with
 consistent BatchGetItem requests (100 keys each, unprocessed keys retried), in index order, and
@@ -53,8 +52,8 @@ def entry(family: str, record_id: str, at: float, shards: int) -> Item:
 
 
 def partitions(family: str, shards: int) -> list[str]:
-    """Every partition a reader of ``family`` reads: its shards, then the unsharded key of old."""
-    return [*(f"{family}#{n}" for n in range(shards_of(family, shards))), family]
+    """Every partition a reader of ``family`` reads: one per shard."""
+    return [f"{family}#{n}" for n in range(shards_of(family, shards))]
 
 
 def read(

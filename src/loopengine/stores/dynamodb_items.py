@@ -11,13 +11,11 @@ checkpoint       ``CP#<id>``        ``CP``                        version, agent
                                                                   ``OPEN#<tenant>#<n>``,
                                                                   gsi1sk ``<t createdAt>#<id>``;
                                                                   once closed: ttl
-pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId
+pending pointer  ``PENDING#<pid>``  ``PENDING``                   checkpointId, turnId
 messages         ``SESSION#<sid>``  ``MSG#<seq:010d>``            body: the messages from seq on
                                                                   (one per item unless an append
                                                                   brings more than 89), created
-                                                                  absent: the append's guard (a
-                                                                  ``HEAD`` item older versions
-                                                                  kept is no longer read)
+                                                                  absent: the append's guard
 session's turn   ``SESSION#<sid>``  ``TURN#<t createdAt>#<tid>``  turnId, tenant, agent (write-once)
 unfinished turn  ``SESSION#<sid>``  ``ACTIVE#<t createdAt>#<tid>`` turnId (created with the turn,
                                                                   deleted by the write that
@@ -49,12 +47,11 @@ blob part        ``BLOB#<sha256>``  ``PART#<i:05d>``              part (binary, 
 Usage counters and compactions: :mod:`~loopengine.stores.dynamodb_bill`.
 
 A transition's events, claims and outcomes ride in the turn's head, flushed to a ``LOG#`` item
-when the head would pass a KB (:mod:`~loopengine.stores.dynamodb_heads`); turns created before
-that layout keep one ``EVENT#`` item per transition and a ``CALL#`` item per call.
+when the head would pass a KB (:mod:`~loopengine.stores.dynamodb_heads`).
 
 *body* is ``data`` (the record's JSON), ``z1`` (that JSON compressed with a preset dictionary,
-for bodies over 400 bytes that it shrinks; ``z``: compressed without one, as written before)
-or, past 350 KB, the manifest ``blob`` + ``parts`` (see :mod:`~loopengine.stores.dynamodb_codec`).
+for bodies over 400 bytes that it shrinks) or, past 350 KB, the manifest ``blob`` + ``parts``
+(see :mod:`~loopengine.stores.dynamodb_codec`).
 The index (keys ``gsi1pk``/``gsi1sk``, projecting only
 ``agent``) is sparse: only open checkpoints, due turns and undelivered notifications carry its
 keys, so closing a checkpoint, a turn with nothing due or a delivered notification drops out of

@@ -44,11 +44,7 @@ TRANSACTION_BUDGET = 3_500_000
 BATCH_WRITE_ITEMS = 25
 BATCH_GET_KEYS = 100
 INDEX = "gsi2"
-"""The sparse index (keys ``gsi1pk`` / ``gsi1sk``): due turns, undelivered notifications, open checkpoints.
-
-It replaced ``gsi1`` (same keys, projection ALL): a projection cannot change in place, and with the
-same key attributes DynamoDB fills the new index from the items already there.
-"""
+"""The sparse index (keys ``gsi1pk`` / ``gsi1sk``): due turns, undelivered notifications, open checkpoints."""
 INDEX_PROJECTED = ("agent",)
 """What the index holds besides the keys (``list_open`` filters by it); readers fetch the rest."""
 DEFAULT_SHARDS = 16

@@ -2,11 +2,10 @@
 
 The database (file, schema, a connection per thread, ``BEGIN IMMEDIATE`` writes) is
 :mod:`loopengine.stores.sqlite.database`. ``due_turns`` lists the turns that are due for the sweep by
-``due_at``, kept in step with ``turns`` in the same transaction (a table of its own, so a database
-made before it existed keeps working); ``outbox`` holds notifications, indexed by due time while
-undelivered. :meth:`SqliteTurnStore.commit` writes a whole state transition (turn, checkpoint,
-events, outbox) in one transaction. A session is one row per message, so an append never rewrites
-history; a tool call's row is its claim that it runs at most once.
+``due_at``, kept in step with ``turns`` in the same transaction; ``outbox`` holds notifications,
+indexed by due time while undelivered. :meth:`SqliteTurnStore.commit` writes a whole state
+transition (turn, checkpoint, events, outbox) in one transaction. A session is one row per message,
+so an append never rewrites history; a tool call's row is its claim that it runs at most once.
 """
 
 from __future__ import annotations
