@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.app import api_models as m
+from loopengine.channels.chat import routes as routes_chat
 from loopengine.domain.errors import LoopengineError
 from loopengine.http import auth, openapi, routes_inbox, routes_pending, routes_turns, validation, web
 from loopengine.http.observability import flush, logger
@@ -30,6 +31,7 @@ for router in (
     slack_router,
     lark_router,
     routes_inbox.router,
+    routes_chat.router,
 ):
     app.include_router(router)
 
@@ -56,7 +58,8 @@ def not_found(_exc: Exception) -> Response[Any]:
 def on_error(exc: Exception) -> Response[Any]:
     if not isinstance(exc, web.HttpError | LoopengineError):
         logger.exception("unhandled error")
-    return routes_inbox.challenge(app.current_event.path, web.error_reply(exc))
+    path = app.current_event.path
+    return routes_chat.challenge(path, routes_inbox.challenge(path, web.error_reply(exc)))
 
 
 @logger.inject_lambda_context(clear_state=True)

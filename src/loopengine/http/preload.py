@@ -21,6 +21,7 @@ API_ON_FIRST_USE = (
     "loopengine.http.lark_interactions",
     "loopengine.http.magic_links",
     "loopengine.http.inbox_pages",
+    "loopengine.channels.chat.pages",
 )
 """The api's modules its routes import on their first request (a cold start needs none of them)."""
 
