@@ -58,8 +58,9 @@ def not_found(_exc: Exception) -> Response[Any]:
 def on_error(exc: Exception) -> Response[Any]:
     if not isinstance(exc, web.HttpError | LoopengineError):
         logger.exception("unhandled error")
-    path = app.current_event.path
-    return routes_chat.challenge(path, routes_inbox.challenge(path, web.error_reply(exc)))
+    event = app.current_event
+    answer = routes_inbox.challenge(event.path, web.error_reply(exc))
+    return routes_chat.challenge(event.path, event.headers or {}, answer)
 
 
 @logger.inject_lambda_context(clear_state=True)

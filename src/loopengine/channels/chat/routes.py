@@ -14,6 +14,7 @@ load the chat's code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -29,13 +30,21 @@ router = Router()  # type: ignore[no-untyped-call]
 PAGE_PATH = "/chat"
 """The page is ``/chat/{agent}`` (``channels.chat.render.PAGE_PATH`` is the same, with its slash)."""
 CHALLENGE = 'Basic realm="loopengine", charset="UTF-8"'
+CHANNEL = "chat"
+"""What the page's script declares in ``X-Loopengine-Channel`` (kept in the audit as ``declaredChannel``)."""
 MAX_AUDITED_TURNS = 10
 """The session's latest turns whose audit the page reads (older calls show their outcome only)."""
 
 
-def challenge(path: str, response: Response[Any]) -> Response[Any]:
-    """``response`` with a Basic challenge when it is a 401 for a chat page, so a browser asks for login."""
-    if response.status_code == 401 and path.startswith(PAGE_PATH + "/"):
+def challenge(path: str, headers: Mapping[str, str], response: Response[Any]) -> Response[Any]:
+    """``response`` with a Basic challenge when it is a 401 for the chat: its page, or the page's script.
+
+    The browser logged in on ``/chat/{agent}`` keeps the credentials for paths under ``/chat/`` only, so
+    its first call to a JSON route goes without them; the challenge on that 401 (for a request that
+    declares ``X-Loopengine-Channel: chat``, as the page's script does) makes it send them again.
+    """
+    page = path.startswith(PAGE_PATH + "/")
+    if response.status_code == 401 and (page or headers.get(auth.CHANNEL_HEADER) == CHANNEL):
         response.headers["WWW-Authenticate"] = CHALLENGE
     return response
 

@@ -45,6 +45,7 @@ function start(main) {
   const turn = { id: main.dataset.turnId || null, seq: Number(main.dataset.cursor) || 0, finished: false };
   let sending = false;
   let syncTimer = 0;
+  let stopNote = ""; // what the server said Stop cannot undo
 
   function say(text, problem = false) {
     status.textContent = text;
@@ -210,7 +211,8 @@ function start(main) {
         if (turn.id === id) {
           turn.finished = true;
           setTurn(id, "finished");
-          say(event.stopReason === "end_turn" ? "" : ENDINGS[event.stopReason] || `The turn ended: ${event.stopReason}.`);
+          const ending = ENDINGS[event.stopReason] || `The turn ended: ${event.stopReason}.`;
+          say(event.stopReason === "end_turn" ? "" : `${ending} ${stopNote}`.trim());
         }
         if (ENDINGS[event.stopReason]) {
           const note = element("li", "entry note");
@@ -407,7 +409,8 @@ function start(main) {
     stop.disabled = true;
     try {
       const answer = await client.cancel(turn.id);
-      say(`${answer.cancelled ? "Stopped." : "Stopping…"} ${answer.note}`);
+      stopNote = answer.note;
+      if (!turn.finished) say(`${answer.cancelled ? "Stopped." : "Stopping…"} ${answer.note}`);
     } catch (error) {
       stop.disabled = false;
       say(problemText(error), true);
