@@ -77,7 +77,6 @@ MOVED: dict[str, str] = {
     "dev_guard": "local.dev_guard",
     "dev_stream": "local.dev_stream",
     "chat": "local.chat",
-    "chat_client": "local.chat_client",
     "demo": "local.demo",
     "cli": "local.cli",
     "agents_cli": "local.agents_cli",

@@ -320,10 +320,12 @@ export class Client {
   async *follow(turnId, options = {}) {
     const signal = options.signal;
     const wait = options.wait ?? WAIT_SECONDS;
-    const accept = options.stream === false ? "application/json" : `${STREAM}, application/json;q=0.5`;
+    const streams = options.stream !== false;
     let after = options.after ?? 0;
     let failures = 0;
+    let plain = !streams; // a stream that ended before the turn did is followed by one long poll
     while (!signal?.aborted) {
+      const accept = plain ? "application/json" : `${STREAM}, application/json;q=0.5`;
       const path = `/turns/${encodeURIComponent(turnId)}/events?after=${after}&wait=${wait}`;
       /** @type {Response} */
       let response;
@@ -365,10 +367,12 @@ export class Client {
           }
           await sleep(500 * 2 ** failures, signal);
         }
-        continue; // the stream ended before the turn did: ask again from the last event
+        plain = true; // the stream ended before the turn did: a long poll next (it says if it finished)
+        continue;
       }
       const page = /** @type {EventPage} */ (await readJson(response));
       failures = 0;
+      plain = !streams;
       for (const event of page.events ?? []) {
         after = Math.max(after, event.seq);
         yield event;
