@@ -1,7 +1,8 @@
 """The product's routes, from where they are declared: DESIGN.md's route table and template.yaml.
 
 ``DESIGN_ROUTES`` is DESIGN.md's table as the template declares it today, with the routes the inbox
-page needs beside it (``INBOX_ROUTES``); template, SAM local and event tests use it.
+page needs beside it (``INBOX_ROUTES``) and the conversation page's (``CHAT_ROUTES``, which DESIGN.md
+names in its section "Where the yes happens"); template, SAM local and event tests use it.
 ``tests/test_docs.py`` checks it against DESIGN.md itself, so the copy cannot drift. DESIGN.md lives
 outside the repository (``../shared/DESIGN.md`` beside it in CI, read-only); :func:`design_md_routes`
 is ``None`` where it is absent, and the tests that need it skip, saying so.
@@ -21,6 +22,9 @@ NO_DESIGN_MD = f"DESIGN.md is not at {DESIGN_MD} (it sits beside the repository 
 INBOX_ROUTES = frozenset({"POST /inbox/items/{pendingId}", "GET /inbox/static/{asset}"})
 """What DESIGN.md's ``GET /inbox`` page needs beside it (its form's post, its CSS and JS files): the
 template declares them with the page, DESIGN.md's table names only the page."""
+CHAT_ROUTES = frozenset({"GET /chat/{agent}", "GET /chat/static/{asset}"})
+"""The conversation page and its files: DESIGN.md names them in "Where the yes happens" (not in the
+HTTP API's table), and the template declares them like the others."""
 DESIGN_ROUTES = frozenset(
     {
         "POST /agents/{agent}/messages",
@@ -40,6 +44,7 @@ DESIGN_ROUTES = frozenset(
         "GET /health",
         "GET /inbox",
         *INBOX_ROUTES,
+        *CHAT_ROUTES,
     }
 )
 NOT_IN_TEMPLATE_YET: frozenset[str] = frozenset()

@@ -2,8 +2,10 @@
 
     local/      the developer's tools (dev server, chat, demo, CLI)          may import anything
     http/       the API Gateway edge (routes parse, call the Engine, reply)  not local/
+    client      a client of the HTTP API for Python callers (httpx)          domain
     bootstrap   the composition root: picks adapters from settings           not local/, http/
     channels/   one package per notification channel, both directions        app, authoring, domain
+                (a channel's HTTP edge, its routes.py and pages.py, as http/)
     stores/ models/ aws/   adapters of the application's ports               app, domain
     mcp/        the MCP client adapter (agent.yaml's mcp_servers)             app, authoring, domain
     app/        the application: engine, loop, batch, resolution, ...        authoring, domain
@@ -40,7 +42,12 @@ ALLOWED: dict[str, set[str]] = {
     "channels": {"domain", "authoring", "app", "channels"},
     "bootstrap": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap"},
     "http": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap", "http"},
+    "client": {"domain", "client"},
 }
+CHANNEL_EDGE = ("routes.py", "pages.py")
+"""A channel package's HTTP edge (``channels/<name>/routes.py``, ``pages.py``): its routes, declared with
+the api, and what answers them; it stands where http/ stands."""
+ALLOWED["channel-edge"] = ALLOWED["http"]
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
 # the package root and its deprecation shim may name any module (they only re-export, lazily)
 ROOT_FILES = {"__init__.py", "_compat.py"}
@@ -48,6 +55,8 @@ ROOT_FILES = {"__init__.py", "_compat.py"}
 
 def room(path: Path) -> str:
     rel = path.relative_to(PACKAGE)
+    if len(rel.parts) == 3 and rel.parts[0] == "channels" and rel.parts[2] in CHANNEL_EDGE:
+        return "channel-edge"
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 

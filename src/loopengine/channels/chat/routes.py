@@ -75,10 +75,16 @@ Tenant = Annotated[
 ]
 
 
+def _either(status: int) -> OpenAPIResponse:
+    """A status the route answers as JSON (a malformed query) or as a page (what the page refuses)."""
+    json_answer, page = openapi.answers({}, status)[status], openapi.pages(status)[status]
+    return {"description": json_answer["description"], "content": {**json_answer["content"], **page["content"]}}
+
+
 @router.get(
     PAGE_PATH + "/<agent>",
     summary="The conversation with an agent in the browser: send, watch, decide its cards (HTML)",
-    responses=_responses((200, 403, 404, 503), (400,)),
+    responses=_responses((200, 403, 404, 503), (), **{"400": _either(400)}),
 )
 def show(agent: Agent, session: Session = None, tenant: Tenant = None) -> Response[str]:
     """The conversation page (changes nothing)."""
