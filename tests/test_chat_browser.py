@@ -170,7 +170,7 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     # THEN the conversation has a session, the lookup ran, and the refund's card is in the thread
     session_id = page.find("main[data-session-id]").get_attribute("data-session-id")
     assert session_id.startswith("ses_")
-    page.find('#thread [data-role=user]')
+    page.find("#thread [data-role=user]")
     page.find('#thread [data-role=tool][data-tool="lookup_order"]')
     card = page.find(_card("issue_refund"))
     refund = card.get_attribute("data-pending-id")
@@ -199,7 +199,7 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
 
     # WHEN the email is approved from the keyboard: THEN the answer streams in, in pieces
     page.act(_approve("send_email"), lambda button: button.send_keys(Keys.ENTER))
-    final = page.find('#thread [data-role=assistant]:not([data-streaming])')
+    final = page.find("#thread [data-role=assistant]:not([data-streaming])")
     assert final.text.startswith("Done: order A-1001 was refunded") and "100.00 USD" in final.text
     texts: list[str] = browser.execute_script("return window.__texts;")
     pieces = [t for t in texts if t and final.text.startswith(t) and t != final.text]
@@ -211,13 +211,16 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     # AND the decisions were the signed-in principal's, declared as the chat page's
     turn_id = browser.find_element("css selector", "main").get_attribute("data-turn-id")
     _status, turn = request(server.port, "GET", f"/turns/{turn_id}")
-    decided = [(e["decidedBy"], e["channel"], e.get("declaredChannel"), e["edited"]) for e in turn["audit"]
-               if e["type"] == "decided"]
+    decided = [
+        (e["decidedBy"], e["channel"], e.get("declaredChannel"), e["edited"])
+        for e in turn["audit"]
+        if e["type"] == "decided"
+    ]
     assert decided == [("user:admin", "api", "chat", True), ("user:admin", "api", "chat", False)]
 
     # WHEN the page is opened again by its session: THEN everything is where it was
     browser.get(f"{base}/chat/customer-service?session={session_id}")
-    page.find('#thread [data-role=assistant]')
+    page.find("#thread [data-role=assistant]")
     assert page.thread() == settled
     assert [r for r, _t, _x in settled] == ["user", "tool", "tool", "tool", "tool", "tool", "assistant"]
 

@@ -29,13 +29,13 @@ import pytest
 from loopengine.app.follow import follow
 from loopengine.app.live import BUS, DELTA_FLUSH_SECONDS, LiveBus, Piece, StreamClosed, TextStream
 from loopengine.app.ports import ModelRequest
+from loopengine.client import Client
 from loopengine.domain.clock import FakeClock, SystemClock
 from loopengine.domain.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason
 from loopengine.http import api
-from loopengine.client import Client
 from loopengine.models.anthropic import AnthropicModel
 from loopengine.models.scripted import ScriptedModel, call, pieces, say, use
 from loopengine.stores.sqlite import open_sqlite_stores

@@ -23,8 +23,8 @@ import json
 import select
 import signal
 import sys
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import TextIO
 
 from loopengine.client import ApiError, Client, Resolution, Unreachable
@@ -137,9 +137,8 @@ class Chat:
             turn = self.client.send_message(self.agent, text, session_id=self.session_id, live=True)
         except ApiError as exc:
             if exc.status == 401:
-                self.say(
-                    "loopengine chat: credentials rejected; pass --user/--password or set LOOPENGINE_CHAT_AUTH"
-                )
+                hint = "pass --user/--password or set LOOPENGINE_CHAT_AUTH"
+                self.say(f"loopengine chat: credentials rejected; {hint}")
                 return 2
             if exc.status == 404 and "turnId" not in exc.body:
                 self.say(f"loopengine chat: {exc}")
@@ -259,7 +258,7 @@ class Chat:
                 self.say(f"    options: {', '.join(str(o) for o in item['options'])}")
             while True:
                 answer = self.ask("  answer> ", timeout).strip()
-                if answer and self._done(item, lambda: self.client.answer(item["pendingId"], answer)):
+                if answer and self._done(item, partial(self.client.answer, item["pendingId"], answer)):
                     return
         self.say(f"  ? {item.get('tool')} needs approval: {json.dumps(item.get('args'))}")
         self.say(f"    reason: {item.get('reason')}")
@@ -268,10 +267,10 @@ class Chat:
             choice = self.ask("  [a]pprove, [d]eny, [e]dit arguments > ", timeout).strip().lower()
             decide: Callable[[], Resolution] | None = None
             if choice in ("a", "approve"):
-                decide = lambda: self.client.approve(pending_id, args_hash=args_hash)  # noqa: E731
+                decide = partial(self.client.approve, pending_id, args_hash=args_hash)
             elif choice in ("d", "deny"):
                 comment = self.ask("  comment (optional)> ", timeout).strip() or None
-                decide = lambda: self.client.deny(pending_id, comment=comment, args_hash=args_hash)  # noqa: E731
+                decide = partial(self.client.deny, pending_id, comment=comment, args_hash=args_hash)
             elif choice in ("e", "edit"):
                 if self._edit(item, timeout):
                     return
@@ -305,7 +304,7 @@ class Chat:
                     continue
                 self.say(f"    ! {exc}")
                 return exc.status == 404
-            return self._done(item, lambda: decided)
+            return self._report(item, decided)
 
     def _done(self, item: JsonDict, decide: Callable[[], Resolution]) -> bool:
         """Make a decision and report its answer; True when the item is no longer ours to decide."""
@@ -314,6 +313,10 @@ class Chat:
         except ApiError as exc:
             self.say(f"    ! {exc}")
             return exc.status == 404
+        return self._report(item, answer)
+
+    def _report(self, item: JsonDict, answer: Resolution) -> bool:
+        """Say what a decision's answer was; True (the item is no longer ours to decide)."""
         self.mine.add(str(item["pendingId"]))
         if answer.already_resolved:
             self.say("    (already decided elsewhere)")
@@ -364,38 +367,12 @@ def main(
     # script, nohup): Python then installs no handler, and Ctrl-C would do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with Client(url, auth or None, channel="live") as client:
+        waiting = f"waiting for loopengine dev at {client.base} (up to {server_wait:g} s) ..."
         try:
-            wait_for_server(client, server_wait, lambda line: print(line, flush=True))
+            client.wait_until_up(server_wait, lambda: print(waiting, flush=True))
         except Unreachable as exc:
             print(f"loopengine chat: {exc} (is `loopengine dev` running?)", file=sys.stderr)
             return 2
         chat = Chat(client, agent, session_id, live_wait)
         chat.auth_hint = auth_hint
         return chat.run()
-
-
-def wait_for_server(
-    client: Client,
-    seconds: float = SERVER_WAIT_SECONDS,
-    say: Callable[[str], object] = print,
-    sleep: Callable[[float], object] = time.sleep,
-) -> None:
-    """Return once ``GET /health`` answers; retry (with backoff) for up to ``seconds`` while it does not.
-
-    A server still starting (``loopengine dev`` warming its environments) gets that long: the first
-    miss prints "waiting for loopengine dev at <url> ..." once. Raises :class:`Unreachable` at the end.
-    """
-    deadline, pause, told = time.monotonic() + seconds, 0.25, False
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            client.health(timeout=max(1.0, min(10.0, left)))
-            return
-        except Unreachable:
-            if time.monotonic() + pause >= deadline:
-                raise
-        if not told:
-            say(f"waiting for loopengine dev at {client.base} (up to {seconds:g} s) ...")
-            told = True
-        sleep(pause)
-        pause = min(pause * 2, 2.0)

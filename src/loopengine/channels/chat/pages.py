@@ -35,7 +35,9 @@ def _html(status: int, document: str) -> Response[str]:
     return Response(status_code=status, content_type=HTML, body=document, headers=dict(render.HEADERS))
 
 
-def _message(status: int, title: str, text: str, state: str = "error", back: str | None = None) -> Response[str]:
+def _message(
+    status: int, title: str, text: str, state: str = "error", back: str | None = None
+) -> Response[str]:
     return _html(status, render.message(title, text, state, back))
 
 

@@ -116,7 +116,7 @@ class Page:
 
     @property
     def url(self) -> str:
-        """This page again (what the script reads the thread back from)."""
+        """The page again (what the script reads the thread back from)."""
         return page_url(self.agent, self.session_id, self.tenant)
 
 

@@ -71,14 +71,19 @@ Session = Annotated[
 ]
 Tenant = Annotated[
     str | None,
-    Query(pattern=m.TENANT_PATTERN, description="the tenant to talk in (default: the caller's, as a message)"),
+    Query(
+        pattern=m.TENANT_PATTERN, description="the tenant to talk in (default: the caller's, as a message)"
+    ),
 ]
 
 
 def _either(status: int) -> OpenAPIResponse:
     """A status the route answers as JSON (a malformed query) or as a page (what the page refuses)."""
     json_answer, page = openapi.answers({}, status)[status], openapi.pages(status)[status]
-    return {"description": json_answer["description"], "content": {**json_answer["content"], **page["content"]}}
+    return {
+        "description": json_answer["description"],
+        "content": {**json_answer["content"], **page["content"]},
+    }
 
 
 @router.get(

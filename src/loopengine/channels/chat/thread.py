@@ -132,7 +132,9 @@ class Thread:
 
 def pretty(value: Any) -> str:
     """A JSON value as indented text, cut at :data:`MAX_DETAIL_CHARS`."""
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    text = (
+        value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    )
     return text if len(text) <= MAX_DETAIL_CHARS else text[:MAX_DETAIL_CHARS] + " …"
 
 
@@ -254,9 +256,9 @@ class _Builder:
         """A note for turn ``n`` when it ended other than by the model's own last word."""
         if n < 0:
             return
-        turn = self.turns[n].turn
-        if turn.status is TurnStatus.FINISHED and turn.stop_reason in ENDINGS:
-            self.entries.append(Entry("note", text=ENDINGS[turn.stop_reason], state=turn.stop_reason.value))
+        turn, stop = self.turns[n].turn, self.turns[n].turn.stop_reason
+        if turn.status is TurnStatus.FINISHED and stop is not None and stop in ENDINGS:
+            self.entries.append(Entry("note", text=ENDINGS[stop], state=stop.value))
 
     def call(self, use: ToolUseBlock, read: TurnRead | None, asks: _Asks | None) -> None:
         result = self.results.get(use.id)
@@ -301,9 +303,7 @@ def _maybe_json(text: str) -> Any:
         return text
 
 
-def build(
-    messages: Sequence[Message], turns: Sequence[TurnRead], cards: Mapping[str, OpenCard]
-) -> Thread:
+def build(messages: Sequence[Message], turns: Sequence[TurnRead], cards: Mapping[str, OpenCard]) -> Thread:
     """The thread of a session: ``messages`` (its history), ``turns`` (with the events read), open ``cards``.
 
     The turn still going (the last one, unless it finished) is the one the page's script follows,

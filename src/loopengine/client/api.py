@@ -1,39 +1,28 @@
-"""A client for a loopengine HTTP API, for Python callers (httpx): what ``loopengine-client.js`` is for pages.
-
-::
-
-    from loopengine.client import Client
-
-    with Client("http://127.0.0.1:8787", auth="admin:secret") as client:
-        turn = client.send_message("customer-service", "Order A-1001 arrived broken.", live=True)
-        for event in client.follow(turn.turn_id):
-            if event.type == "approval:pending":
-                client.approve(event["pendingId"], args_hash=event["argsHash"])
-            if event.type == "finished":
-                print(event.get("text"))
-
-The same operations as the JavaScript module served at ``GET /chat/static/loopengine-client.js``:
-:meth:`Client.send_message` (``Prefer: respond-async`` and an ``Idempotency-Key``: the answer comes at
-once with the turn's id, and a lost answer is asked again with the same key, never making a second
-turn), :meth:`Client.follow` (the turn's events as Server-Sent Events where the server streams them,
-``loopengine dev``, else long polls, resuming from the last event seen, until the turn finishes),
-:meth:`Client.approve`, :meth:`Client.deny`, :meth:`Client.answer`, :meth:`Client.cancel`,
-:meth:`Client.get_session`. An error answer is :class:`ApiError` (its status, code and message); no
-answer at all is :class:`Unreachable`. ``loopengine chat`` is built on it (with ``channel="live"``).
-"""
+"""The client itself: :class:`Client` (see :mod:`loopengine.client` for a tour)."""
 
 from __future__ import annotations
 
 import json
 import secrets
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Mapping
+from typing import Literal
 from urllib.parse import quote
 
 import httpx
 
+from loopengine.client.replies import (
+    ApiError,
+    Cancelled,
+    Event,
+    EventPage,
+    Resolution,
+    Session,
+    TurnReply,
+    Unreachable,
+    error,
+    json_of,
+)
 from loopengine.domain.jsontypes import JsonDict
 from loopengine.domain.messages import Message
 
@@ -45,156 +34,6 @@ RETRIES = 5
 Auth = str | tuple[str, str] | httpx.Auth | None
 
 
-class Unreachable(Exception):
-    """The server did not answer (refused, reset, timed out, not HTTP)."""
-
-
-class ApiError(Exception):
-    """An error answer of the API: ``status``, its ``code`` (``error``) and ``message``, the whole body."""
-
-    def __init__(self, status: int, body: JsonDict, retry_after: float | None = None) -> None:
-        message = body.get("message")
-        super().__init__(message if isinstance(message, str) else f"HTTP {status}")
-        self.status, self.body, self.retry_after = status, body, retry_after
-        code = body.get("error")
-        self.code = code if isinstance(code, str) else f"http_{status}"
-
-
-def _error(response: httpx.Response) -> ApiError:
-    """The :class:`ApiError` of an error answer (with its ``Retry-After``, for a 429)."""
-    try:
-        retry_after: float | None = float(response.headers.get("retry-after") or "")
-    except ValueError:
-        retry_after = None
-    return ApiError(response.status_code, _json(response), retry_after)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingItem:
-    """An item waiting for a human, as the API lists it."""
-
-    pending_id: str
-    kind: Literal["approval", "question"]
-    tool: str
-    args: JsonDict
-    reason: str
-    args_hash: str
-
-    @staticmethod
-    def from_json(data: JsonDict) -> PendingItem:
-        kind = "question" if data.get("kind") == "question" else "approval"
-        return PendingItem(
-            str(data["pendingId"]),
-            kind,
-            str(data.get("tool", "")),
-            dict(data.get("args") or {}),
-            str(data.get("reason", "")),
-            str(data.get("argsHash", "")),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TurnReply:
-    """What the messages route answers (and a decision with ``wait``): the turn as it stands."""
-
-    status: str
-    turn_id: str
-    session_id: str
-    stop_reason: str | None = None
-    text: str | None = None
-    pending_items: tuple[PendingItem, ...] = ()
-    body: JsonDict | None = None
-
-    @staticmethod
-    def from_json(data: JsonDict) -> TurnReply:
-        return TurnReply(
-            status=str(data.get("status")),
-            turn_id=str(data.get("turnId")),
-            session_id=str(data.get("sessionId", "")),
-            stop_reason=data.get("stopReason"),
-            text=data.get("text"),
-            pending_items=tuple(PendingItem.from_json(p) for p in data.get("pendingItems") or []),
-            body=data,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """What a decision answers: recorded, or already resolved (a late click), or with ``wait`` the turn."""
-
-    already_resolved: bool = False
-    expired: bool = False
-    outstanding: int | None = None
-    status: str | None = None
-    turn_id: str | None = None
-    turn: TurnReply | None = None
-    body: JsonDict | None = None
-
-    @staticmethod
-    def from_json(data: JsonDict) -> Resolution:
-        if "resolved" not in data and "alreadyResolved" not in data:  # ?wait= answered the turn's outcome
-            turn = TurnReply.from_json(data)
-            return Resolution(status=turn.status, turn_id=turn.turn_id, turn=turn, body=data)
-        outstanding = data.get("outstanding")
-        return Resolution(
-            already_resolved=bool(data.get("alreadyResolved")),
-            expired=bool(data.get("expired")),
-            outstanding=outstanding if isinstance(outstanding, int) else None,
-            status=data.get("status"),
-            turn_id=data.get("turnId"),
-            body=data,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One event of a turn: ``seq`` (its place in the trail), ``type``, ``at``, and all its fields."""
-
-    seq: int
-    type: str
-    at: float
-    data: JsonDict
-
-    @staticmethod
-    def from_json(data: JsonDict) -> Event:
-        return Event(int(data.get("seq") or 0), str(data.get("type", "")), float(data.get("at") or 0), data)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field of the event (``default`` when it has none)."""
-        return self.data.get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-
-@dataclass(frozen=True, slots=True)
-class EventPage:
-    """One read of a turn's events: the events, the cursor to ask from next, whether it had finished."""
-
-    events: tuple[Event, ...]
-    next: int
-    finished: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """What Stop answers; ``note`` says what it cannot undo."""
-
-    turn_id: str
-    status: str
-    stop_reason: str | None
-    cancelled: bool
-    note: str
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A session's durable history."""
-
-    session_id: str
-    messages: tuple[Message, ...]
-
-
 def _auth(auth: Auth) -> httpx.Auth | None:
     if isinstance(auth, str):
         user, sep, password = auth.partition(":")
@@ -204,14 +43,6 @@ def _auth(auth: Auth) -> httpx.Auth | None:
     if isinstance(auth, tuple):
         return httpx.BasicAuth(*auth)
     return auth
-
-
-def _json(response: httpx.Response) -> JsonDict:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _frames(lines: Iterator[str]) -> Iterator[tuple[str, JsonDict]]:
@@ -248,9 +79,12 @@ class Client:
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        """``auth``: ``"user:password"`` or a pair (HTTP Basic), or any ``httpx.Auth``; ``token``: a
+        """A client of the API at ``base_url``.
+
+        ``auth``: ``"user:password"`` or a pair (HTTP Basic), or any ``httpx.Auth``; ``token``: a
         bearer token (a JWT); ``channel``: a label the audit keeps beside each decision
-        (``X-Loopengine-Channel``: ``live`` or ``chat``)."""
+        (``X-Loopengine-Channel``: ``live`` or ``chat``); ``transport``: httpx's (tests, proxies).
+        """
         self.base = base_url.rstrip("/")
         self.timeout = timeout
         sent = {"Accept": "application/json", **(headers or {})}
@@ -291,12 +125,37 @@ class Client:
         except httpx.HTTPError as exc:
             raise Unreachable(f"cannot reach {self.base}: {exc}") from None
         if response.is_error:
-            raise _error(response)
-        return _json(response)
+            raise error(response)
+        return json_of(response)
 
     def health(self, timeout: float | None = None) -> None:
         """Return when ``GET /health`` answers 200 (:class:`Unreachable` or :class:`ApiError` otherwise)."""
         self._send("GET", "/health", timeout=timeout)
+
+    def wait_until_up(
+        self,
+        seconds: float,
+        waiting: Callable[[], object] | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        """Return once ``GET /health`` answers, asking again (with backoff) for up to ``seconds``.
+
+        For a server still starting (``loopengine dev`` warming its environments): ``waiting`` is called
+        once, at the first miss. :class:`Unreachable` when it never answered.
+        """
+        deadline, pause, told = time.monotonic() + seconds, 0.25, False
+        while True:
+            try:
+                self.health(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                return
+            except Unreachable:
+                if time.monotonic() + pause >= deadline:
+                    raise
+            if not told and waiting is not None:
+                waiting()
+            told = True
+            sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def send_message(
         self,
@@ -384,10 +243,10 @@ class Client:
             with self.http.stream("GET", path, headers=accept, timeout=wait + self.timeout) as response:
                 if response.is_error:
                     response.read()
-                    raise _error(response)
+                    raise error(response)
                 if not response.headers.get("content-type", "").startswith(STREAM):  # API Gateway
                     response.read()
-                    yield from (Event.from_json(e) for e in _json(response).get("events") or [])
+                    yield from (Event.from_json(e) for e in json_of(response).get("events") or [])
                     return
                 for kind, data in _frames(response.iter_lines()):
                     if kind == "error":
@@ -406,9 +265,12 @@ class Client:
         scope: Literal["turn"] | None = None,
         wait: float | None = None,
     ) -> Resolution:
-        """Approve a pending call, as it is or with ``edited_args`` (checked against the tool's schema:
-        a 400 :class:`ApiError` leaves the item open). ``args_hash``: the call you were shown (409 if it
-        is another); ``wait``: up to that many seconds for the resumed turn's outcome."""
+        """Approve a pending call, as it is or with ``edited_args``.
+
+        The edit is checked against the tool's schema (a 400 :class:`ApiError` leaves the item open).
+        ``args_hash``: the call you were shown (409 if it is another); ``wait``: up to that many
+        seconds for the resumed turn's outcome (then :attr:`Resolution.turn`).
+        """
         body: JsonDict = {"decision": "approve"}
         if edited_args is not None:
             body["editedArgs"] = edited_args
@@ -417,7 +279,12 @@ class Client:
         return self._resolve(pending_id, body, comment, args_hash, wait)
 
     def deny(
-        self, pending_id: str, *, comment: str | None = None, args_hash: str | None = None, wait: float | None = None
+        self,
+        pending_id: str,
+        *,
+        comment: str | None = None,
+        args_hash: str | None = None,
+        wait: float | None = None,
     ) -> Resolution:
         """Deny a pending call (the comment reaches the model with the denial)."""
         return self._resolve(pending_id, {"decision": "deny"}, comment, args_hash, wait)
