@@ -196,6 +196,7 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     body = page.find(_card("send_email") + ' [name="arg.body"]')
     assert "100.00 USD" in (body.get_attribute("value") or ""), body.get_attribute("value")
     assert page.find('[data-tool="issue_refund"][data-state="approved"]').text
+    browser.save_screenshot(str(tmp_path / "chat.png"))  # docs/chat.png: the chained card, open
 
     # WHEN the email is approved from the keyboard: THEN the answer streams in, in pieces
     page.act(_approve("send_email"), lambda button: button.send_keys(Keys.ENTER))
@@ -206,7 +207,6 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     assert len(pieces) >= 2, texts  # shown while the model was still talking
     page.gone("button[name=cancel]:not([hidden])")
     settled = page.thread()
-    browser.save_screenshot(str(tmp_path / "chat.png"))
 
     # AND the decisions were the signed-in principal's, declared as the chat page's
     turn_id = browser.find_element("css selector", "main").get_attribute("data-turn-id")

@@ -89,7 +89,7 @@ def _either(status: int) -> OpenAPIResponse:
 @router.get(
     PAGE_PATH + "/<agent>",
     summary="The conversation with an agent in the browser: send, watch, decide its cards (HTML)",
-    responses=_responses((200, 403, 404, 503), (), **{"400": _either(400)}),
+    responses=_responses((200, 403, 503), (), **{"400": _either(400), "404": _either(404)}),
 )
 def show(agent: Agent, session: Session = None, tenant: Tenant = None) -> Response[str]:
     """The conversation page (changes nothing)."""
