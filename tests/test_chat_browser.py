@@ -121,6 +121,14 @@ class Page:
 
         return self.wait.until(lambda d: d.find_element(By.CSS_SELECTOR, css))
 
+    def read(self, css: str, what: Callable[[Any], Any] = lambda element: element.text) -> Any:
+        """``what`` of the element ``css`` finds, read again if the page replaced it meanwhile."""
+        from selenium.webdriver.common.by import By
+
+        box: list[Any] = []
+        self.wait.until(lambda d: box.append(what(d.find_element(By.CSS_SELECTOR, css))) or True)
+        return box[-1]
+
     def gone(self, css: str) -> None:
         from selenium.webdriver.common.by import By
 
@@ -172,14 +180,15 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     assert session_id.startswith("ses_")
     page.find("#thread [data-role=user]")
     page.find('#thread [data-role=tool][data-tool="lookup_order"]')
-    card = page.find(_card("issue_refund"))
-    refund = card.get_attribute("data-pending-id")
-    assert card.get_attribute("data-kind") == "approval" and refund.startswith("pnd_")
+    refund, kind = page.read(
+        _card("issue_refund"), lambda c: (c.get_attribute("data-pending-id"), c.get_attribute("data-kind"))
+    )
+    assert kind == "approval" and refund.startswith("pnd_")
     assert browser.find_element("css selector", "button[name=cancel]").is_displayed()
 
     # WHEN the page is opened again by its session (on Monday): THEN the card is open where it was
     browser.get(f"{base}/chat/customer-service?session={session_id}")
-    assert page.find(_card("issue_refund")).get_attribute("data-pending-id") == refund
+    assert page.read(_card("issue_refund"), lambda card: card.get_attribute("data-pending-id")) == refund
     assert [role for role, _tool, _text in page.thread()] == ["user", "tool", "tool"]
     browser.execute_script(RECORD_TEXTS)
 
@@ -187,23 +196,25 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     amount = _card("issue_refund") + ' input[name="arg.amount"]'
     page.act(amount, lambda field: (field.clear(), field.send_keys("-")))
     page.act(_approve("issue_refund"), lambda button: button.click())
-    alert = page.find(_card("issue_refund") + " p.error[role=alert]:not([hidden])")
-    assert "amount: a value is required" in alert.text, alert.text
+    alert = page.read(_card("issue_refund") + " p.error[role=alert]:not([hidden])")
+    assert "amount: a value is required" in alert, alert
 
     # WHEN the amount is 100 and Approve is clicked: THEN the chained email's card comes, about 100.00
     page.act(amount, lambda field: (field.clear(), field.send_keys("100")))
     page.act(_approve("issue_refund"), lambda button: button.click())
-    body = page.find(_card("send_email") + ' [name="arg.body"]')
-    assert "100.00 USD" in (body.get_attribute("value") or ""), body.get_attribute("value")
-    assert page.find('[data-tool="issue_refund"][data-state="approved"]').text
+    body = page.read(_card("send_email") + ' [name="arg.body"]', lambda field: field.get_attribute("value"))
+    assert "100.00 USD" in body, body
+    assert "Approved by user:admin, with edits" in page.read(
+        '[data-tool="issue_refund"][data-state="approved"]'
+    )
     browser.save_screenshot(str(tmp_path / "chat.png"))  # docs/chat.png: the chained card, open
 
     # WHEN the email is approved from the keyboard: THEN the answer streams in, in pieces
     page.act(_approve("send_email"), lambda button: button.send_keys(Keys.ENTER))
-    final = page.find("#thread [data-role=assistant]:not([data-streaming])")
-    assert final.text.startswith("Done: order A-1001 was refunded") and "100.00 USD" in final.text
+    final = page.read("#thread [data-role=assistant]:not([data-streaming])")
+    assert final.startswith("Done: order A-1001 was refunded") and "100.00 USD" in final
     texts: list[str] = browser.execute_script("return window.__texts;")
-    pieces = [t for t in texts if t and final.text.startswith(t) and t != final.text]
+    pieces = [t for t in texts if t and final.startswith(t) and t != final]
     assert len(pieces) >= 2, texts  # shown while the model was still talking
     page.gone("button[name=cancel]:not([hidden])")
     settled = page.thread()
@@ -227,17 +238,15 @@ def test_a_conversation_in_the_browser(server: DevProcess, browser: Any, tmp_pat
     # WHEN a new conversation asks something the agent must ask back about
     browser.get(f"{base}/chat/customer-service")
     page.act("textarea[name=message]", lambda box: box.send_keys("hello, something went wrong", Keys.ENTER))
-    question = page.find('[data-kind="question"][data-state="open"][id^="card-"]')
-    assert "Which order is this about?" in question.text
+    assert "Which order is this about?" in page.read('[data-kind="question"][data-state="open"][id^="card-"]')
     page.act('[data-kind="question"][data-state="open"] [name=answer]', lambda f: f.send_keys("A-1001"))
     page.act('[data-kind="question"][data-state="open"] button[name=send]', lambda b: b.click())
 
     # THEN the answer took it on to the refund; and Stop cancels the turn, saying what it cannot undo
     page.find(_card("issue_refund"))
-    assert page.find('[data-kind="question"][data-state="answered"]').text
+    assert "Answered by user:admin" in page.read('[data-kind="question"][data-state="answered"]')
     page.act("button[name=cancel]", lambda button: button.click())
-    note = page.find('#thread .note[data-state="cancelled"]')
-    assert "What had already run stays done" in note.text
+    assert "What had already run stays done" in page.read('#thread .note[data-state="cancelled"]')
     page.find('[data-tool="issue_refund"][data-state="closed"]')
     assert "already ran keep their effects" in browser.find_element("id", "chat-status").text
     second = browser.find_element("css selector", "main").get_attribute("data-turn-id")
