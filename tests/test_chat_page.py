@@ -59,9 +59,13 @@ def test_a_session_shows_its_thread_escaped_and_its_open_card_where_it_was(engin
     page = _get(f"/chat/customer-service?session={out.session_id}")
     html, headers = page["body"], page["headers"]
     assert page["statusCode"] == 200 and headers["content-type"].startswith("text/html")
-    assert "script-src 'self'" in headers["content-security-policy"] and headers["cache-control"] == "no-store"
+    assert (
+        "script-src 'self'" in headers["content-security-policy"] and headers["cache-control"] == "no-store"
+    )
     # no inline script or style anywhere: the one script is a file of this origin
-    assert re.findall(r"<script[^>]*>", html) == [f'<script type="module" src="{render.asset_url("chat.js")}">']
+    assert re.findall(r"<script[^>]*>", html) == [
+        f'<script type="module" src="{render.asset_url("chat.js")}">'
+    ]
     assert "<style" not in html and not re.search(r"<[^>]*\s(style|on[a-z]+)\s*=", html)
     # the message is text, never markup
     assert "<script>alert" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp;" in html
@@ -89,7 +93,10 @@ def test_what_became_of_each_card_and_how_the_turn_ended(engine: Engine) -> None
     html = _get(f"/chat/customer-service?session={stopped.session_id}")["body"]
     assert 'data-kind="question" data-tool="system_ask_user" data-state="closed"' in html
     assert "Not decided: the turn was stopped first." in html and 'data-state="cancelled"' in html
-    assert 'name="answer"' not in html and 'name="cancel" class="stop" aria-describedby="stop-hint" hidden' in html
+    assert (
+        'name="answer"' not in html
+        and 'name="cancel" class="stop" aria-describedby="stop-hint" hidden' in html
+    )
 
 
 def test_another_tenants_or_agents_conversation_and_what_is_not_there_are_refused(engine: Engine) -> None:
@@ -115,7 +122,10 @@ def test_another_tenants_or_agents_conversation_and_what_is_not_there_are_refuse
 def test_the_files_are_served_kept_only_by_their_version(engine: Engine, asset: str, kind: str) -> None:
     named = _get(f"/chat/static/{asset}")
     assert named["statusCode"] == 200 and named["headers"]["content-type"].startswith(kind)
-    assert named["headers"]["cache-control"] == "no-cache" and named["headers"]["x-content-type-options"] == "nosniff"
+    assert (
+        named["headers"]["cache-control"] == "no-cache"
+        and named["headers"]["x-content-type-options"] == "nosniff"
+    )
     versioned = _get(render.asset_url(asset))
     assert versioned["headers"]["cache-control"].startswith("private") and versioned["body"] == named["body"]
     assert _get(f"/chat/static/{asset}?v=0")["headers"]["cache-control"] == "no-cache"  # an old version
@@ -125,3 +135,34 @@ def test_no_other_file_is_served(engine: Engine) -> None:
     for name in ("chat.html", "..%2Frender.py", "inbox.js"):
         page = _get(f"/chat/static/{name}")
         assert page["statusCode"] == 404 and page["headers"]["content-type"].startswith("text/html")
+
+
+def _post_message(**headers: str) -> dict[str, Any]:
+    event = load_event("post_message")
+    event["headers"] = {**event["headers"], **headers}
+    result: dict[str, Any] = api.handler(event, FakeContext())
+    return result
+
+
+def test_a_change_another_sites_page_sends_from_a_browser_is_refused(engine: Engine) -> None:
+    """The browser keeps the credentials the chat page logged in with and sends them with requests
+    other sites' pages make (a text/plain POST needs no preflight): those change nothing."""
+    host = load_event("post_message")["headers"]["host"]
+    for headers in (
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"origin": "https://evil.example"},
+        {"origin": "null"},
+        {"sec-fetch-site": "same-origin", "origin": "https://evil.example"},
+    ):
+        refused = _post_message(**headers)
+        assert refused["statusCode"] == 403, (headers, refused)
+        assert json.loads(refused["body"])["error"] == "cross_site"
+    assert engine.open_items(who=ADMIN) == []  # nothing was started
+    # the page's own requests (same origin), and clients that are no browser, go through
+    assert (
+        _post_message(**{"sec-fetch-site": "same-origin", "origin": f"https://{host}"})["statusCode"] == 202
+    )
+    assert _post_message()["statusCode"] == 202
+    # reads are never refused: a link from elsewhere may open a page or a turn
+    assert _get("/chat/customer-service", **{"sec-fetch-site": "cross-site"})["statusCode"] == 200

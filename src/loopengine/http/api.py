@@ -15,14 +15,24 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from loopengine.app import api_models as m
 from loopengine.channels.chat import routes as routes_chat
 from loopengine.domain.errors import LoopengineError
-from loopengine.http import auth, openapi, routes_inbox, routes_pending, routes_turns, validation, web
+from loopengine.http import (
+    auth,
+    cross_site,
+    openapi,
+    routes_inbox,
+    routes_pending,
+    routes_turns,
+    validation,
+    web,
+)
 from loopengine.http.observability import flush, logger
 from loopengine.http.routes_lark import router as lark_router
 from loopengine.http.routes_magic import router as magic_router
 from loopengine.http.routes_slack import router as slack_router
 
-# deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
-app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
+# deny by default (auth.PUBLIC aside), no other site's page, then input hygiene, then Powertools
+# validates against the models
+app = validation.resolver([auth.middleware, cross_site.refuse, web.edge, validation.single_query_values])
 for router in (
     routes_turns.router,
     routes_pending.router,
