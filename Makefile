@@ -116,6 +116,7 @@ typecheck: $(STAMP)
 ifeq ($(wildcard $(SAM_STAMP)),)
 pytest: $(STAMP)
 	scripts/ensure_redis.sh
+	scripts/ensure_node.sh
 	$(BIN)/pytest -n $(JOBS) --dist loadgroup -m "not slow and not sam"
 	@$(MAKE) --no-print-directory $(SAM_STAMP)
 	scripts/ensure_chromium.sh
@@ -123,6 +124,7 @@ pytest: $(STAMP)
 else
 pytest: $(STAMP)
 	scripts/ensure_redis.sh
+	scripts/ensure_node.sh
 	scripts/ensure_chromium.sh
 	$(BIN)/pytest -n $(JOBS) --dist loadgroup
 endif

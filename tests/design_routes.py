@@ -1,7 +1,8 @@
 """The product's routes, from where they are declared: DESIGN.md's route table and template.yaml.
 
 ``DESIGN_ROUTES`` is DESIGN.md's table as the template declares it today, with the routes the inbox
-page needs beside it (``INBOX_ROUTES``); template, SAM local and event tests use it.
+page needs beside it (``INBOX_ROUTES``) and the conversation page's (``CHAT_ROUTES``, which DESIGN.md
+names in its section "Where the yes happens"); template, SAM local and event tests use it.
 ``tests/test_docs.py`` checks it against DESIGN.md itself, so the copy cannot drift. DESIGN.md lives
 outside the repository (``../shared/DESIGN.md`` beside it in CI, read-only); :func:`design_md_routes`
 is ``None`` where it is absent, and the tests that need it skip, saying so.
@@ -23,6 +24,9 @@ INBOX_ROUTES = frozenset({"POST /inbox/items/{pendingId}", "GET /inbox/static/{a
 template declares them with the page, DESIGN.md's table names only the page."""
 BILL_ROUTES = frozenset({"GET /usage"})
 """Routes DESIGN.md names in "The model bill and long sessions" rather than in its route table."""
+CHAT_ROUTES = frozenset({"GET /chat/{agent}", "GET /chat/static/{asset}"})
+"""The conversation page and its files: DESIGN.md names them in "Where the yes happens" (not in the
+HTTP API's table), and the template declares them like the others."""
 DESIGN_ROUTES = frozenset(
     {
         "POST /agents/{agent}/messages",
@@ -43,6 +47,7 @@ DESIGN_ROUTES = frozenset(
         "GET /inbox",
         *INBOX_ROUTES,
         *BILL_ROUTES,
+        *CHAT_ROUTES,
     }
 )
 NOT_IN_TEMPLATE_YET: frozenset[str] = frozenset()

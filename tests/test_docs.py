@@ -17,6 +17,7 @@ import pytest
 import loopengine
 from tests.design_routes import (
     BILL_ROUTES,
+    CHAT_ROUTES,
     DESIGN_MD,
     DESIGN_ROUTES,
     INBOX_ROUTES,
@@ -171,7 +172,9 @@ def test_design_routes_copy_is_design_mds_table() -> None:
     routes = design_md_routes()
     if routes is None:
         pytest.skip(NO_DESIGN_MD)
-    assert routes - NOT_IN_TEMPLATE_YET == DESIGN_ROUTES - INBOX_ROUTES - BILL_ROUTES
+    assert routes - NOT_IN_TEMPLATE_YET == DESIGN_ROUTES - INBOX_ROUTES - BILL_ROUTES - CHAT_ROUTES
+    design = DESIGN_MD.read_text(encoding="utf-8")
+    assert all(f"`{route.split(' ', 1)[1]}`" in design for route in CHAT_ROUTES)  # named in its prose
     assert routes >= NOT_IN_TEMPLATE_YET, "a route listed as not in the template yet left DESIGN.md"
     assert not NOT_IN_TEMPLATE_YET & template_routes(), "it is in the template now: drop it from the list"
 

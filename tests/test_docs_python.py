@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.dev_support import DevProcess, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "python.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.M | re.S)
@@ -57,7 +59,19 @@ def hook(event, args):
             if not inside(path):
                 refuse(f"{event} {path!r}")
     elif event in ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.fork"):
-        refuse(f"{event} {args!r:.200}")
+        if not finding_a_library():
+            refuse(f"{event} {args!r:.200}")
+
+
+def finding_a_library():
+    # ctypes.util.find_library asks ldconfig (or the compiler) where a library is: a read, not a
+    # write (trio, which httpx may load, looks for pthread this way)
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.replace(os.sep, "/").endswith("ctypes/util.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def report():
@@ -87,15 +101,25 @@ def test_every_python_block_of_the_page_runs_in_order_as_pasted(tmp_path: Path) 
     (tmp_path / "watch.py").write_text(WATCH)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
     env.update(HOME=str(work / "home"), TMPDIR=str(work / "tmp"), PYTHONWARNINGS="default")
-    done = subprocess.run(
-        [sys.executable, "-B", str(tmp_path / "watch.py"), "pasted.py"],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the client's block talks to `LOOPENGINE_ADMIN_AUTH=admin:secret make dev`, as the page says: a
+    # real `loopengine dev` of its own (outside the watched process), its store in the test's directory
+    # (the machine's TMPDIR: the forkserver's socket path must stay short)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPENGINE_", "ANTHROPIC_"))}
+    served = {**clean, "LOOPENGINE_ADMIN_AUTH": "admin:secret", "LOOPENGINE_DB": str(tmp_path / "dev.db")}
+    server = DevProcess(served, free_port(), log=tmp_path / "dev.log")
+    server.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-B", str(tmp_path / "watch.py"), "pasted.py"],
+            cwd=work,
+            env={**env, "LOOPENGINE_PUBLIC_URL": f"http://127.0.0.1:{server.port}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-3000:] + server.log_text()[-3000:]
     assert done.stderr == "", done.stderr[-3000:]
 
 

@@ -85,9 +85,13 @@ def test_every_json_answer_is_nosniff_and_no_store(engine: Engine, name: str) ->
             assert headers["content-type"].startswith("text/css")
             assert headers["x-content-type-options"] == "nosniff"
             assert headers["cache-control"].startswith("private")
-        else:  # the magic-link and inbox pages and Swagger UI: HTML, never sniffed or cached either
+        elif name == "chat_static":  # the client module by name: never sniffed, checked again each time
+            assert headers["content-type"].startswith("text/javascript")
+            assert headers["x-content-type-options"] == "nosniff"
+            assert headers["cache-control"] == "no-cache"
+        else:  # the magic-link, inbox and chat pages and Swagger UI: HTML, never sniffed or cached either
             assert headers["content-type"].startswith("text/html")
-            assert name.startswith(("magic", "get_docs", "inbox"))
+            assert name.startswith(("magic", "get_docs", "inbox", "chat"))
             assert headers["x-content-type-options"] == "nosniff" and headers["cache-control"] == "no-store"
 
 

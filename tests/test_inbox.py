@@ -629,9 +629,8 @@ def test_the_wheel_carries_the_templates_and_static_files(tmp_path_factory: pyte
 
     wheel = built_wheel(tmp_path_factory)  # from a clean copy: an in-tree build/ would hold an older build
     names = set(zipfile.ZipFile(wheel).namelist())
-    package = ROOT / "src" / "loopengine" / "channels" / "inbox"
-    files = [p for p in (*package.glob("templates/*"), *package.glob("static/*")) if p.is_file()]
-    assert (
-        files
-        and {"loopengine/" + p.relative_to(ROOT / "src" / "loopengine").as_posix() for p in files} <= names
-    )
+    for channel in ("inbox", "chat"):  # the conversation page's templates, script and client module too
+        package = ROOT / "src" / "loopengine" / "channels" / channel
+        files = [p for p in (*package.glob("templates/*"), *package.glob("static/*")) if p.is_file()]
+        assert files
+        assert {"loopengine/" + p.relative_to(ROOT / "src" / "loopengine").as_posix() for p in files} <= names

@@ -2,8 +2,10 @@
 
     local/      the developer's tools (dev server, chat, demo, CLI)          may import anything
     http/       the API Gateway edge (routes parse, call the Engine, reply)  not local/
+    client      a client of the HTTP API for Python callers (httpx)          domain
     bootstrap   the composition root: picks adapters from settings           not local/, http/
     channels/   one package per notification channel, both directions        app, authoring, domain
+                (a channel's HTTP edge, its routes.py and pages.py, as http/)
     stores/ models/ aws/   adapters of the application's ports               app, domain
     mcp/        the MCP client adapter (agent.yaml's mcp_servers)             app, authoring, domain
     app/        the application: engine, loop, batch, resolution, ...        authoring, domain
@@ -45,6 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "channels": {"domain", "authoring", "app", "channels"},
     "bootstrap": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap"},
     "http": {"domain", "authoring", "app", "stores", "models", "aws", "mcp", "channels", "bootstrap", "http"},
+    "client": {"domain", "client"},
 }
 BANNED = {"boto3", "botocore", "httpx", "httpx2", "anthropic", "aws_lambda_powertools", "redis", "mcp"}
 # the package root may name any module (it only re-exports, lazily)

@@ -29,13 +29,13 @@ import pytest
 from loopengine.app.follow import follow
 from loopengine.app.live import BUS, DELTA_FLUSH_SECONDS, LiveBus, Piece, StreamClosed, TextStream
 from loopengine.app.ports import ModelRequest
+from loopengine.client import Client
 from loopengine.domain.base.clock import FakeClock, SystemClock
 from loopengine.domain.base.errors import FatalModelError, RetryableModelError
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason
 from loopengine.http import api
-from loopengine.local.chat_client import ChatClient
 from loopengine.models.anthropic import AnthropicModel
 from loopengine.models.scripted import ScriptedModel, call, pieces, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
@@ -496,9 +496,10 @@ def test_dev_streams_model_text_as_server_sent_events_and_the_chat_prints_it_as_
 ) -> None:
     srv, messages_api = streaming_dev
     url = f"http://127.0.0.1:{srv.port}"
-    status, body = ChatClient(url, "admin:secret").send("talker", "hello", None)  # Prefer: respond-async
-    assert status == 202 and body["status"] == "running", body
-    stream = Stream(srv.port, f"/turns/{body['turnId']}/events", Authorization=AUTH)
+    with Client(url, "admin:secret") as client:
+        sent = client.send_message("talker", "hello")  # Prefer: respond-async: answered at once
+    assert sent.status == "running", sent
+    stream = Stream(srv.port, f"/turns/{sent.turn_id}/events", Authorization=AUTH)
     try:
         first = stream.until("text:delta")[-1]
         assert not messages_api.finished.is_set()  # shown while the model is still talking
@@ -529,7 +530,7 @@ def test_dev_streams_model_text_as_server_sent_events_and_the_chat_prints_it_as_
         term.close()
     assert term.output.count(ANSWER) == 1 and term.output.count("finale.") == 1, term.output
     assert "Traceback" not in term.output
-    _, session = request(srv.port, "GET", f"/sessions/{body['sessionId']}")
+    _, session = request(srv.port, "GET", f"/sessions/{sent.session_id}")
     assert [m["content"] for m in session["messages"]][1] == [{"type": "text", "text": ANSWER}]
 
 

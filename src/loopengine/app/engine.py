@@ -329,6 +329,17 @@ class Engine:
         """Per tenant, agent and UTC day, within the tenants ``who`` sees: see :func:`usage.daily`."""
         return usage.daily(self.rt.stores, who, tenant, agent, day)
 
+    def session_turns(
+        self, session_id: str, who: Decider | None = None, tenant: str | None = None
+    ) -> list[TurnRecord]:
+        """A session's turns within ``tenant`` (as :meth:`history` scopes it), oldest first."""
+        scope = sessions.tenant_for(who or Decider("system", "read", kind=OPERATOR), tenant)
+        return self.rt.stores.turns.session_turns(session_key(scope, session_id))
+
+    def agent(self, name: str) -> AgentConfig:
+        """Agent ``name``'s current config: NotFound if there is none, AgentUnavailable if it is broken."""
+        return self.rt.agents.get(name)
+
     def wait(self, turn_id: str, seconds: float, who: Decider | None = None) -> TurnOutcome:
         """Wait up to ``seconds`` while the turn is working (a pause or the finish ends it): its outcome.
 

@@ -13,17 +13,19 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.app import api_models as m
+from loopengine.channels.chat import routes as routes_chat
 from loopengine.channels.inbox import routes as routes_inbox
 from loopengine.channels.lark.routes import router as lark_router
 from loopengine.channels.magic.routes import router as magic_router
 from loopengine.channels.slack.routes import router as slack_router
 from loopengine.domain.base.errors import LoopengineError
-from loopengine.http import auth, openapi, routes_pending, routes_turns, validation, web
+from loopengine.http import auth, cross_site, openapi, routes_pending, routes_turns, validation, web
 from loopengine.http.observability import flush, logger
 from loopengine.http.routes_usage import router as usage_router
 
-# deny by default (auth.PUBLIC aside), then input hygiene, then Powertools validates against the models
-app = validation.resolver([auth.middleware, web.edge, validation.single_query_values])
+# deny by default (auth.PUBLIC aside), no other site's page, then input hygiene, then Powertools
+# validates against the models
+app = validation.resolver([auth.middleware, cross_site.refuse, web.edge, validation.single_query_values])
 for router in (
     routes_turns.router,
     routes_pending.router,
@@ -33,6 +35,7 @@ for router in (
     lark_router,
     routes_inbox.router,
     usage_router,
+    routes_chat.router,
 ):
     app.include_router(router)
 
@@ -59,7 +62,9 @@ def not_found(_exc: Exception) -> Response[Any]:
 def on_error(exc: Exception) -> Response[Any]:
     if not isinstance(exc, web.HttpError | LoopengineError):
         logger.exception("unhandled error")
-    return routes_inbox.challenge(app.current_event.path, web.error_reply(exc))
+    event = app.current_event
+    answer = routes_inbox.challenge(event.path, web.error_reply(exc))
+    return routes_chat.challenge(event.path, event.headers or {}, answer)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -19,9 +19,9 @@ Identities are built from their source's kind and the value as text
 (:func:`~loopengine.domain.principals.typed`), never parsed out of it.
 
 **The channel** a decision is recorded with is the server's: ``inbox`` for the inbox's routes,
-``api`` for the rest. A request may add a label for itself in ``X-Loopengine-Channel`` (only
-``live``, the inline decisions of ``loopengine chat``; anything else is 400); the audit trail keeps
-it beside the channel as ``declaredChannel`` and nothing trusts it.
+``api`` for the rest. A request may add a label for itself in ``X-Loopengine-Channel`` (``live``, the
+inline decisions of ``loopengine chat``, or ``chat``, those of the conversation page; anything else is
+400); the audit trail keeps it beside the channel as ``declaredChannel`` and nothing trusts it.
 
 Credentials are read per request through :func:`loopengine.http.secrets.environ` (in AWS from Secrets
 Manager, cached). Passwords are compared in constant time, and every configured user is compared,
@@ -54,8 +54,9 @@ PUBLIC_PREFIXES = ("/magic/", "/integrations/")
 PUBLIC = (*PUBLIC_EXACT, *(p + "*" for p in PUBLIC_PREFIXES))
 """Routes that take no Basic or JWT credentials (each checks its own signature or token)."""
 CHANNEL_HEADER = "x-loopengine-channel"
-CHANNELS = ("live",)
-"""Labels a caller may declare in ``X-Loopengine-Channel`` (recorded as ``declaredChannel``)."""
+CHANNELS = ("live", "chat")
+"""Labels a caller may declare in ``X-Loopengine-Channel`` (recorded as ``declaredChannel``): ``live``
+(``loopengine chat``), ``chat`` (the conversation page, ``GET /chat/{agent}``)."""
 API, INBOX = "api", "inbox"
 """The channels the server records for its authenticated routes."""
 

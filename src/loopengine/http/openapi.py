@@ -33,7 +33,10 @@ PUBLIC: list[dict[str, list[str]]] = [{}]
 ERRORS = {
     400: "invalid input: bad JSON, a field that fails its schema, bad editedArgs, the other kind's route",
     401: "missing or wrong credentials",
-    403: "outside the caller's tenants, or not among the rule's approvers",
+    403: (
+        "outside the caller's tenants, or not among the rule's approvers; "
+        "cross_site: another site's page sent this change"
+    ),
     404: "unknown agent, turn, session, or an id not in the product's format",
     409: "conflict: argsHash is not the item's, or the session has a parked or running turn",
     413: "request body too large",

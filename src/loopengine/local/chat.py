@@ -12,6 +12,9 @@ Walking away (Ctrl-C, end of input, or nobody answering within the wait) leaves 
 for the other channels (the agent's notifiers, ``GET /pending-approvals``) and prints how to
 resolve them later with curl. A server that is not answering yet (``loopengine dev`` starting) is
 waited for up to ``--wait-server`` seconds (30 by default).
+
+The HTTP side is :class:`loopengine.client.Client` (``channel="live"``: every request declares
+``X-Loopengine-Channel: live``), the same client Python callers use.
 """
 
 from __future__ import annotations
@@ -20,18 +23,15 @@ import json
 import select
 import signal
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import TextIO
 
+from loopengine.client import ApiError, Client, Resolution, Unreachable
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.local.chat_client import (
-    SERVER_WAIT_SECONDS,
-    ChatClient,
-    EventsFailed,
-    Unreachable,
-    wait_for_server,
-)
 
-POLL_SECONDS = 20.0
+SERVER_WAIT_SECONDS = 30.0
+"""How long the chat waits for a server that does not answer yet (``loopengine dev`` starting)."""
 
 
 class WalkedAway(Exception):
@@ -77,7 +77,7 @@ class Chat:
 
     def __init__(
         self,
-        client: ChatClient,
+        client: Client,
         agent: str,
         session_id: str | None = None,
         live_wait: float | None = None,
@@ -133,26 +133,26 @@ class Chat:
 
     def send(self, text: str) -> int | None:
         """Send one message and follow its turn; an exit status when the chat should end."""
-        code, body = self.client.send(self.agent, text, self.session_id)
-        if code == 401:
-            self.say(
-                "loopengine chat: credentials rejected; pass --user/--password or set LOOPENGINE_CHAT_AUTH"
-            )
-            return 2
-        if code == 404 and "turnId" not in body:
-            self.say(f"loopengine chat: {body.get('message') or 'not found'}")
-            return 2
-        if code >= 400:
-            self.say(f"  ! {body.get('message') or body.get('error') or code}")
-            return None
-        self.session_id = body.get("sessionId") or self.session_id
         try:
-            self.follow(str(body["turnId"]))
+            turn = self.client.send_message(self.agent, text, session_id=self.session_id, live=True)
+        except ApiError as exc:
+            if exc.status == 401:
+                hint = "pass --user/--password or set LOOPENGINE_CHAT_AUTH"
+                self.say(f"loopengine chat: credentials rejected; {hint}")
+                return 2
+            if exc.status == 404 and "turnId" not in exc.body:
+                self.say(f"loopengine chat: {exc}")
+                return 2
+            self.say(f"  ! {exc}")
+            return None
+        self.session_id = turn.session_id or self.session_id
+        try:
+            self.follow(turn.turn_id)
         except WalkedAway:
             return 0
         except KeyboardInterrupt:
-            see = self.curl("GET", f"/turns/{body['turnId']}")
-            self.say(f"\nLeft turn {body['turnId']} to run on; see it with: {see}")
+            see = self.curl("GET", f"/turns/{turn.turn_id}")
+            self.say(f"\nLeft turn {turn.turn_id} to run on; see it with: {see}")
             return 0
         return None
 
@@ -168,23 +168,24 @@ class Chat:
             if not open_items and not polling:
                 try:
                     after, last_text, polling, done = self._stream(turn_id, after, open_items, last_text)
-                except EventsFailed as exc:
+                except ApiError as exc:
                     self.say(f"  ! cannot follow turn {turn_id}: {exc}")
                     return
                 if done:
                     return
                 continue
-            code, body = self.client.events(turn_id, after, 0)
+            try:
+                page = self.client.events(turn_id, after, 0)
+            except ApiError as exc:
+                self.say(f"  ! cannot follow turn {turn_id}: {exc}")
+                return
             polling = False
-            if code != 200:
-                self.say(f"  ! cannot follow turn {turn_id}: {body.get('message') or code}")
+            for event in page.events:
+                last_text = self.show(event.data, open_items, last_text)
+            after = page.next
+            if page.finished:
                 return
-            for event in body.get("events", []):
-                last_text = self.show(event, open_items, last_text)
-            after = int(body.get("next", after))
-            if body.get("finished"):
-                return
-            if open_items and not body.get("events"):
+            if open_items and not page.events:
                 pending_id, item = next(iter(open_items.items()))
                 try:
                     self.offer(item)
@@ -196,19 +197,17 @@ class Chat:
     def _stream(
         self, turn_id: str, after: int, open_items: dict[str, JsonDict], last_text: str | None
     ) -> tuple[int, str | None, bool, bool]:
-        """Show streamed events until the turn pauses or finishes, or the stream ends.
+        """Show the turn's events as they come (:meth:`Client.follow`) until it pauses or finishes.
 
         Returns the cursor, the model's last text, whether to poll now (a pause: its items are read
         with a poll) and whether the turn finished.
         """
-        for event in self.client.stream(turn_id, after, POLL_SECONDS):
-            after = max(after, int(event.get("seq") or after))
-            last_text = self.show(event, open_items, last_text)
-            if event.get("type") == "finished":
-                return after, last_text, False, True
-            if event.get("type") == "paused":
+        for event in self.client.follow(turn_id, after):
+            after = max(after, event.seq)
+            last_text = self.show(event.data, open_items, last_text)
+            if event.type == "paused":
                 return after, last_text, True, False
-        return after, last_text, False, False
+        return after, last_text, False, True
 
     def write(self, text: str) -> None:
         """Print ``text`` as it is (no newline added)."""
@@ -259,28 +258,25 @@ class Chat:
                 self.say(f"    options: {', '.join(str(o) for o in item['options'])}")
             while True:
                 answer = self.ask("  answer> ", timeout).strip()
-                if answer and self._done(item, *self.client.answer(item["pendingId"], answer)):
+                if answer and self._done(item, partial(self.client.answer, item["pendingId"], answer)):
                     return
         self.say(f"  ? {item.get('tool')} needs approval: {json.dumps(item.get('args'))}")
         self.say(f"    reason: {item.get('reason')}")
+        pending_id, args_hash = str(item["pendingId"]), item.get("argsHash")
         while True:
             choice = self.ask("  [a]pprove, [d]eny, [e]dit arguments > ", timeout).strip().lower()
-            body: JsonDict | None = None
+            decide: Callable[[], Resolution] | None = None
             if choice in ("a", "approve"):
-                body = {"decision": "approve", "argsHash": item.get("argsHash")}
+                decide = partial(self.client.approve, pending_id, args_hash=args_hash)
             elif choice in ("d", "deny"):
-                comment = self.ask("  comment (optional)> ", timeout).strip()
-                body = {
-                    "decision": "deny",
-                    "argsHash": item.get("argsHash"),
-                    **({"comment": comment} if comment else {}),
-                }
+                comment = self.ask("  comment (optional)> ", timeout).strip() or None
+                decide = partial(self.client.deny, pending_id, comment=comment, args_hash=args_hash)
             elif choice in ("e", "edit"):
                 if self._edit(item, timeout):
                     return
             else:
                 self.say("    please type a, d or e")
-            if body is not None and self._done(item, *self.client.resolve(item["pendingId"], body)):
+            if decide is not None and self._done(item, decide):
                 return
 
     def _edit(self, item: JsonDict, timeout: float | None) -> bool:
@@ -295,23 +291,37 @@ class Chat:
             except ValueError as exc:
                 self.say(f"    not JSON: {exc}")
                 continue
-            body = {"decision": "approve", "editedArgs": edited, "argsHash": item.get("argsHash")}
-            code, answer = self.client.resolve(item["pendingId"], body)
-            if code == 400:
-                self.say(f"    rejected: {answer.get('message')}")
+            if not isinstance(edited, dict):
+                self.say("    rejected: the arguments must be a JSON object")
                 continue
-            return self._done(item, code, answer)
+            try:
+                decided = self.client.approve(
+                    str(item["pendingId"]), edited_args=edited, args_hash=item.get("argsHash")
+                )
+            except ApiError as exc:
+                if exc.status == 400:
+                    self.say(f"    rejected: {exc}")
+                    continue
+                self.say(f"    ! {exc}")
+                return exc.status == 404
+            return self._report(item, decided)
 
-    def _done(self, item: JsonDict, code: int, body: JsonDict) -> bool:
-        """Report a decision's answer; True when the item is no longer ours to decide."""
-        if code >= 400:
-            self.say(f"    ! {body.get('message') or body.get('error') or code}")
-            return code in (404,)
+    def _done(self, item: JsonDict, decide: Callable[[], Resolution]) -> bool:
+        """Make a decision and report its answer; True when the item is no longer ours to decide."""
+        try:
+            answer = decide()
+        except ApiError as exc:
+            self.say(f"    ! {exc}")
+            return exc.status == 404
+        return self._report(item, answer)
+
+    def _report(self, item: JsonDict, answer: Resolution) -> bool:
+        """Say what a decision's answer was; True (the item is no longer ours to decide)."""
         self.mine.add(str(item["pendingId"]))
-        if body.get("alreadyResolved"):
+        if answer.already_resolved:
             self.say("    (already decided elsewhere)")
-        elif body.get("outstanding"):
-            self.say(f"    recorded; {body['outstanding']} more waiting")
+        elif answer.outstanding:
+            self.say(f"    recorded; {answer.outstanding} more waiting")
         else:
             self.say("    recorded")
         return True
@@ -356,12 +366,13 @@ def main(
     # Ctrl-C leaves the chat even when it was started with SIGINT ignored (a background job of a
     # script, nohup): Python then installs no handler, and Ctrl-C would do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    client = ChatClient(url, auth)
-    try:
-        wait_for_server(client, server_wait, lambda line: print(line, flush=True))
-    except Unreachable as exc:
-        print(f"loopengine chat: {exc} (is `loopengine dev` running?)", file=sys.stderr)
-        return 2
-    chat = Chat(client, agent, session_id, live_wait)
-    chat.auth_hint = auth_hint
-    return chat.run()
+    with Client(url, auth or None, channel="live") as client:
+        waiting = f"waiting for loopengine dev at {client.base} (up to {server_wait:g} s) ..."
+        try:
+            client.wait_until_up(server_wait, lambda: print(waiting, flush=True))
+        except Unreachable as exc:
+            print(f"loopengine chat: {exc} (is `loopengine dev` running?)", file=sys.stderr)
+            return 2
+        chat = Chat(client, agent, session_id, live_wait)
+        chat.auth_hint = auth_hint
+        return chat.run()

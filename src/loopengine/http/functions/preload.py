@@ -21,6 +21,7 @@ API_ON_FIRST_USE = (
     "loopengine.channels.lark.interactions",
     "loopengine.channels.magic.links",
     "loopengine.channels.inbox.pages",
+    "loopengine.channels.chat.pages",
 )
 """The api's modules its routes import on their first request (a cold start needs none of them)."""
 
