@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 from bench.dynamodb_requests import metered_engine, metered_stack, moto_client, realistic_flow, run_flow
 
+from loopengine.app.request.resolution import Decider
 from loopengine.domain.base.ids import new_id
+from loopengine.domain.turns import StopReason, TurnStatus
 from tests.script_support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,3 +217,29 @@ def test_a_tool_result_is_stored_once_and_a_16_kb_one_adds_at_most_half_what_it_
     assert not [h for h in holders if not h.startswith("SESSION#")], holders
     added = big["message -> pause"]["wru"] - plain["message -> pause"]["wru"]
     assert added <= 38 / 2, added
+
+
+def test_a_deny_is_its_own_write_and_announces_no_run() -> None:
+    """Issue 26: denying a one-item batch closes it and finishes the turn in the decision's write.
+
+    At most 3 DynamoDB requests (the pointer; the checkpoint with its turn; the one conditional
+    write), no worker is invoked, and no ``run_start`` / ``run_finish`` goes out for a turn that
+    runs nothing. Fails when the deny hands the batch to the worker, as it did before.
+    """
+    with metered_engine() as (engine, meter, invoker):
+        out = engine.send_message("customer-service", "Order A-1001 arrived broken, please refund it.")
+        assert out.status is TurnStatus.PAUSED
+        before = {e["type"] for e in engine.audit(out.turn_id)}
+        meter.clear()
+        invoker.resolve_part = None
+        res = engine.resolve(out.pending[0].pending_id, "deny", Decider("bench@example.com"))
+        spent = meter.report()
+        assert invoker.resolve_part is None, "the deny invoked the worker"
+        assert res.denied and res.completed and not res.resuming
+        assert spent["requests"] <= 3, spent
+        turn = engine.turn(out.turn_id)
+        assert turn.status is TurnStatus.FINISHED and turn.stop_reason is StopReason.DENIED
+        added = [e["type"] for e in engine.audit(out.turn_id) if e["type"] not in before]
+        assert "resumed" not in added and added[-1] == "finished", added
+        history = engine.history(out.session_id)
+        assert history[-1].tool_results[0].content and "denied" in json.dumps(history[-1].to_dict())

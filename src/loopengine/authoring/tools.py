@@ -85,25 +85,35 @@ def context_parameter(fn: Callable[..., Any]) -> inspect.Parameter | None:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature takes no context
         return None
+    hints = _annotations(fn)
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if _names_context(param.annotation, fn):
+        if _names_context(hints.get(param.name, param.annotation)):
             return param
     return None
 
 
-def _names_context(annotation: Any, fn: Callable[..., Any]) -> bool:
+def _annotations(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s annotations with string ones evaluated (``inspect.get_annotations(eval_str=True)``).
+
+    One naming what its module imports only under ``TYPE_CHECKING`` cannot be evaluated: then they
+    stay as written, and :func:`_names_context` reads the string.
+    """
+    target = inspect.unwrap(fn)
+    try:
+        return inspect.get_annotations(target, eval_str=True)
+    except NameError:
+        return inspect.get_annotations(target)
+    except Exception:  # not a function, class or module (a callable object): its signature's own
+        return {}
+
+
+def _names_context(annotation: Any) -> bool:
     if annotation is inspect.Parameter.empty:
         return False
     if isinstance(annotation, str):
-        namespace = getattr(inspect.unwrap(fn), "__globals__", None)
-        try:
-            annotation = eval(annotation, dict(namespace or {}))  # what typing.get_type_hints does
-        except NameError:
-            return bool(_UNRESOLVED_CONTEXT.match(annotation.replace(" ", "")))
-        except Exception:
-            return False
+        return bool(_UNRESOLVED_CONTEXT.match(annotation.replace(" ", "")))
     if annotation is ToolContext:
         return True
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
