@@ -25,8 +25,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from loopengine.app.ports import Change, Stores
-from loopengine.domain.base.errors import Forbidden, LoopengineError
-from loopengine.domain.principals import Principal
+from loopengine.domain.base.errors import LoopengineError
+from loopengine.domain.principals import Principal, tenants_to_list
 from loopengine.domain.tokens.context_window import Compaction
 from loopengine.domain.tokens.metering import DailyUsage, Metered, Tally, day_of, next_day_at
 from loopengine.domain.turns import TurnRecord, TurnStatus
@@ -62,14 +62,7 @@ def daily(
     A ``tenant`` outside the caller's scope is 403; without one, every tenant of the caller (the
     operator, in every tenant, names one; else the default tenant ``""``). ``day`` defaults to today.
     """
-    if tenant is not None and who is not None and not who.sees(tenant):
-        raise Forbidden(f"{who.id} may not read tenant {tenant!r}")
-    if tenant is not None:
-        tenants = [tenant]
-    elif who is None or who.tenants is None:
-        tenants = [""]
-    else:
-        tenants = sorted(who.tenants)
+    tenants = tenants_to_list(who, tenant)
     when = day or day_of(stores.clock.now())
     return [u for t in tenants for u in stores.turns.daily_usage(t, when, agent)]
 

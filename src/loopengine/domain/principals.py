@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from loopengine.domain.base.errors import Forbidden
 from loopengine.domain.decisions import DecidedBy
 
 KINDS = ("user", "group", "slack", "lark", "email", "jwt")
@@ -158,3 +159,18 @@ class Principal:
         """``{id, kind, tenants, groups}`` as DESIGN.md names them."""
         tenants = None if self.tenants is None else sorted(self.tenants)
         return {"id": self.id, "kind": self.kind, "tenants": tenants, "groups": sorted(set(self.groups))}
+
+
+def tenants_to_list(who: Principal | None, named: str | None, verb: str = "read") -> list[str]:
+    """The tenants a listing covers: the one ``named``, else every tenant of ``who``.
+
+    ``named`` outside ``who``'s scope is Forbidden; the operator (in every tenant) names one, else
+    the default tenant ``""`` is listed.
+    """
+    if named is not None and who is not None and not who.sees(named):
+        raise Forbidden(f"{who.id} may not {verb} tenant {named!r}")
+    if named is not None:
+        return [named]
+    if who is None or who.tenants is None:
+        return [""]
+    return sorted(who.tenants)

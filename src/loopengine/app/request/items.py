@@ -12,10 +12,10 @@ from loopengine.app.request import expiry
 from loopengine.app.runtime import Runtime
 from loopengine.authoring.mcp import McpPin
 from loopengine.authoring.tools import Tool
-from loopengine.domain.base.errors import Forbidden, NotFound
+from loopengine.domain.base.errors import NotFound
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.fate import Fate, FateState, item_fate
-from loopengine.domain.principals import Principal
+from loopengine.domain.principals import Principal, tenants_to_list
 from loopengine.domain.turns import StopReason, TurnRecord
 
 
@@ -85,14 +85,7 @@ def open_items(
     operator, who is in every tenant, names one; else the default tenant ``""``). Each store
     query is bounded to one tenant by construction.
     """
-    if tenant is not None and who is not None and not who.sees(tenant):
-        raise Forbidden(f"{who.id} may not act in tenant {tenant!r}")
-    if tenant is not None:
-        tenants = [tenant]
-    elif who is None or who.tenants is None:
-        tenants = [""]
-    else:
-        tenants = sorted(who.tenants)
+    tenants = tenants_to_list(who, tenant, "act in")
     found = [cp for t in tenants for cp in rt.stores.checkpoints.list_open(agent=agent, tenant=t)]
     found.sort(key=lambda cp: (cp.created_at, cp.id))
     return [
