@@ -7,6 +7,7 @@ finds nothing to do.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from loopengine.app.worker.loop import advance
 from loopengine.app.worker.runner import Worker
 from loopengine.domain import notifications
 from loopengine.domain import turn_state as ts
-from loopengine.domain.base.errors import AlreadyExists, VersionConflict
+from loopengine.domain.base.errors import AlreadyExists, StoreError, VersionConflict
 from loopengine.domain.base.ids import new_id
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.messages import Message, ToolUseBlock
@@ -48,6 +49,9 @@ def resume_turn(
     notes = _run_start(rt, turn, "resume")
     sent: list[tuple[Any, ...]] = []
     claims = _approved_claim(worker, turn, worker.closing, now)
+    # the claim is the last store operation before the call's body: what the body's step reads is
+    # read first, so no read can fail between the claim and the run and leave the call `unknown`
+    history = rt.stores.sessions.load_since_compaction(turn.session_key) if claims else None
 
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         sent.clear()
@@ -71,9 +75,12 @@ def resume_turn(
     if done.turn is not None and done.turn.stop_requested is None:
         worker.claimed = {c.tool_use_id: c for c in claims}
     faults.point("claimed")
-    for records in sent:
-        delivery.deliver(rt, records)
-    return advance(worker, done.turn)
+    if not worker.claimed:
+        history = None
+    for records in sent:  # a store error here must not strand a claimed call: its record stays due
+        with contextlib.suppress(StoreError):  # (stored with the claim) and the sweep sends it
+            delivery.deliver(rt, records)
+    return advance(worker, done.turn, history)
 
 
 def _closed_batch(rt: Runtime, turn: TurnRecord) -> TurnCheckpoint | None:
