@@ -10,6 +10,7 @@ refund runs exactly once and the turn finishes ``end_turn`` once the sweep hands
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from loopengine.app.engine import Engine
 from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
 from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.base.errors import StoreError
 from loopengine.domain.messages import check_protocol
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -166,10 +168,8 @@ def test_a_read_throttled_around_the_refunds_claim_leaves_it_to_run_once(
 
     throttle.arm(nth, after_write)  # the resume worker: its first write claims the turn and the refund
     for turn_id in invoker.queue:
-        try:
+        with contextlib.suppress(StoreError):  # the invocation failed; recovery is the sweep's
             engine.resume(turn_id)
-        except Exception:  # the invocation failed; recovery is the sweep's
-            pass
     throttle.armed = False  # the fault is over (if it ever fired): recovery runs on a healthy store
     if after_write:  # the claim is the last store operation before the refund's body
         assert throttle.runs_at_fault in (None, {"lookup": 1, "refund": 1}), "a read between claim and run"
