@@ -94,6 +94,11 @@ def _sweep() -> tuple[int, int, int]:
     return done.expired, done.recovered, done.notified
 
 
+START_RETRIES = 2
+"""A failed cold start (a busy machine, a locked file) is retired and tried again this many times in a
+row before the requests waiting are told it failed; each failure is printed to the server log."""
+
+
 def _main(conn: Connection) -> None:  # pragma: no cover - runs in the environment's process
     """An environment: start (the cold start), say so, then run each job the server sends, one at a time."""
     failed: str | None = None
@@ -170,6 +175,7 @@ class Environments:
         self._all: set[_Environment] = set()
         self._total = 0  # started or starting
         self._growing = 0  # starting
+        self._start_failures = 0  # failed starts in a row (a transient one is retried)
         self._asking = 0  # requests waiting for an environment
         self._waits = 0  # environments held by long-polls
         self._callers: dict[str, int] = {}  # long-polls in flight per caller
@@ -216,16 +222,26 @@ class Environments:
             env = _Environment(process, mine)
             with self._changed:
                 self._all.add(env)
-            env.conn.recv()  # ("ready", ...): a failed start answers every request with its error
-        except Exception as exc:  # the requests waiting for it are told (see _checkout)
+            _ready, failed = env.conn.recv()  # ("ready", None) or ("ready", why its cold start failed)
+            if failed is not None:
+                raise RuntimeError(failed)
+        except Exception as exc:  # retired and started again (twice); then the waiting requests are told
+            sys.stderr.write(f"  an environment did not start: {exc}\n")
             with self._changed:
                 self._growing -= 1
-                self._failed = exc
+                self._start_failures += 1
+                retry = self._start_failures <= START_RETRIES and not self._closed
+                if not retry:
+                    self._failed = exc
             self._lost(env, waited=False)
+            if retry:
+                with self._changed:
+                    self._grow()
             return
         with self._changed:
             self._growing -= 1
             self._failed = None
+            self._start_failures = 0
             self._idle.append(env)
             self._changed.notify_all()
 
