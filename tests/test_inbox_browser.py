@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import left_page, shown, wait_for
+from tests.browser_support import console_problems, left_page, shown, violations, wait_for
 from tests.dev_support import DevProcess, admin_env, free_port, request
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -93,19 +93,6 @@ def _park(server: DevProcess) -> dict[str, Any]:
     assert status == 202, paused
     assert paused["pendingItems"][0]["tool"] == "issue_refund"
     return paused
-
-
-def _violations(browser: Any) -> list[str]:
-    found: list[str] = browser.execute_script("return window.__violations || [];")
-    return found
-
-
-def _console_problems(browser: Any) -> list[str]:
-    return [
-        entry["message"]
-        for entry in browser.get_log("browser")
-        if entry["level"] in ("SEVERE", "WARNING") or "Content Security Policy" in entry["message"]
-    ]
 
 
 def test_approve_in_the_inbox_and_see_it_refresh_from_the_turn_events(
@@ -196,8 +183,8 @@ def test_approve_in_the_inbox_and_see_it_refresh_from_the_turn_events(
     browser.save_screenshot(str(tmp_path / "inbox_refreshed.png"))
 
     # AND no Content-Security-Policy violation or console error happened on any of the pages
-    assert _violations(browser) == []
-    assert _console_problems(browser) == [], json.dumps(browser.get_log("browser"), indent=1)
+    assert violations(browser) == []
+    assert console_problems(browser) == [], json.dumps(browser.get_log("browser"), indent=1)
 
 
 def test_a_cross_site_form_post_is_refused_in_the_browser(server: DevProcess, browser: Any) -> None:
