@@ -104,3 +104,19 @@ def test_ctrl_c_stops_dev_even_when_it_was_started_with_sigint_ignored(tmp_path:
         assert server.proc.wait(20) == 0
     finally:
         server.kill()
+
+
+def test_a_temporary_directory_too_long_for_a_socket_starts_environments_spawned(tmp_path: Path) -> None:
+    """The forkserver listens on a unix socket under ``TMPDIR``; where that path would pass the
+    platform's limit (``AF_UNIX path too long``), environments are spawned instead, and serve."""
+    long_tmp = tmp_path / ("t" * (120 - len(str(tmp_path))))
+    long_tmp.mkdir()
+    server = DevProcess({**admin_env(tmp_path / "db.sqlite"), "TMPDIR": str(long_tmp)}, free_port())
+    server.start()
+    try:
+        message = {"message": "Order A-1001 arrived broken."}
+        status, body = request(server.port, "POST", "/agents/customer-service/messages", message)
+        assert status in (200, 202), body
+    finally:
+        server.stop()
+    assert "AF_UNIX" not in server.log_text()

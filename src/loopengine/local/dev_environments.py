@@ -30,6 +30,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -49,14 +50,24 @@ DEFAULT_MAX_WAITS = 8
 """Long-polls one caller may hold at once unless ``LOOPENGINE_MAX_WAITS`` says otherwise (as the handler)."""
 
 
+_FORKSERVER_SOCKET = "/pymp-xxxxxxxx/listener-xxxxxxxx"
+"""What multiprocessing appends to the temporary directory for the forkserver's socket."""
+_UNIX_PATH_MAX = 104
+"""The bytes a unix socket's path may take, its terminating NUL included (macOS; Linux allows 108)."""
+
+
 def start_method() -> str:
     """How environments start: forked from one warmed process where the platform can, else spawned.
 
     ``forkserver`` (Linux, macOS): a server process imports :mod:`loopengine.local.dev_warm` once
     and forks every environment from itself, so they start with the handler's modules and (when
-    turns call Anthropic) the model SDK loaded. ``spawn`` (elsewhere): each imports them itself.
+    turns call Anthropic) the model SDK loaded. ``spawn`` (elsewhere, or where the forkserver's
+    socket path would not fit: a long ``TMPDIR``): each imports them itself.
     """
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    socket_path = len(os.fsencode(tempfile.gettempdir())) + len(_FORKSERVER_SOCKET)
+    return "forkserver" if socket_path < _UNIX_PATH_MAX else "spawn"
 
 
 def _ignore_interrupts() -> None:
