@@ -24,6 +24,7 @@ from loopengine.domain.base.limits import (
     MAX_COMMENT_CHARS,
     MAX_MESSAGE_CHARS,
 )
+from loopengine.domain.decisions import Approval, ApprovalScope, Denial, HumanVerdict, Reply, Verdict
 
 _CLIENT_ID = rf"[A-Za-z0-9][A-Za-z0-9_.:@-]{{0,{ids.MAX_CLIENT_ID_CHARS - 1}}}"
 CLIENT_ID_PATTERN = f"^{_CLIENT_ID}$"
@@ -55,7 +56,7 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
-class Reply(BaseModel):
+class ResponseBody(BaseModel):
     """A response body: exactly the fields listed."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -91,7 +92,7 @@ class ResolveRequest(Request):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"decision": "approve", "comment": "ok"}]})
 
-    decision: Literal["approve", "deny"]
+    decision: HumanVerdict
     editedArgs: dict[str, Any] | None = Field(
         default=None, description="approve with these arguments instead (validated against the tool's schema)"
     )
@@ -99,15 +100,27 @@ class ResolveRequest(Request):
     argsHash: str | None = Field(
         default=None, description="the argsHash the decider saw; 409 when the pending call is another"
     )
-    scope: Literal["turn"] | None = Field(
+    scope: ApprovalScope | None = Field(
         default=None, description='"turn": later calls of this tool in the turn run without asking'
     )
+
+    def verdict(self) -> Verdict:
+        """The typed verdict this body asks for (a deny keeps only its comment and argsHash)."""
+        if self.decision == "deny":
+            return Denial(comment=self.comment, args_hash=self.argsHash)
+        return Approval(
+            edited_args=self.editedArgs, comment=self.comment, args_hash=self.argsHash, scope=self.scope
+        )
 
 
 class AnswerRequest(Request):
     """``POST /pending-questions/{pendingId}/answer``."""
 
     answer: str = Field(min_length=1, max_length=MAX_ANSWER_CHARS, pattern=NOT_BLANK)
+
+    def reply(self) -> Reply:
+        """The typed answer."""
+        return Reply(self.answer)
 
 
 # -- responses --------------------------------------------------------------------------------------
@@ -126,7 +139,7 @@ StopReasonName = Literal[
 ]
 
 
-class PendingItem(Reply):
+class PendingItem(ResponseBody):
     """One entry of ``pendingItems``."""
 
     pendingId: str
@@ -147,13 +160,13 @@ class ListedItem(PendingItem):
     createdAt: float
 
 
-class PendingList(Reply):
+class PendingList(ResponseBody):
     """``GET /pending-approvals``."""
 
     items: list[ListedItem]
 
 
-class Finished(Reply):
+class Finished(ResponseBody):
     """The turn finished within the request."""
 
     status: Literal["finished"]
@@ -163,7 +176,7 @@ class Finished(Reply):
     text: str | None
 
 
-class Paused(Reply):
+class Paused(ResponseBody):
     """The turn paused for a human."""
 
     status: Literal["paused"]
@@ -174,7 +187,7 @@ class Paused(Reply):
     pendingItems: list[PendingItem]
 
 
-class Working(Reply):
+class Working(ResponseBody):
     """Still working past the request's time budget.
 
     Or queued behind a parked turn, or waiting to retry a model call that failed transiently.
@@ -191,21 +204,21 @@ TurnOutcome = Finished | Paused | Working
 """What the messages route (and resolve with ``?wait``) answers."""
 
 
-class AlreadyResolved(Reply):
+class AlreadyResolved(ResponseBody):
     """A closed or unknown pendingId: nothing happened, and that is not an error."""
 
     alreadyResolved: Literal[True]
     expired: Literal[True] | SkipJsonSchema[None] = omitted("the item expired before this decision")
 
 
-class Recorded(Reply):
+class Recorded(ResponseBody):
     """Decision recorded; other items of the batch are still outstanding."""
 
     resolved: Literal[True]
     outstanding: int = Field(ge=1)
 
 
-class Resuming(Reply):
+class Resuming(ResponseBody):
     """The last outstanding item: the turn resumes."""
 
     resolved: Literal[True]
@@ -214,7 +227,7 @@ class Resuming(Reply):
     turnId: str
 
 
-class Denied(Reply):
+class Denied(ResponseBody):
     """A denial finishes the turn at once."""
 
     resolved: Literal[True]
@@ -229,7 +242,7 @@ ResolveOutcome = Resolution | TurnOutcome
 """What resolve / answer answer: the resolution, or with ``?wait`` the turn's outcome."""
 
 
-class UsageSum(Reply):
+class UsageSum(ResponseBody):
     """Token usage summed over model calls (the Messages API's four counts) and how many calls."""
 
     input_tokens: int = Field(ge=0)
@@ -239,7 +252,7 @@ class UsageSum(Reply):
     modelCalls: int = Field(ge=0)
 
 
-class DailyUsage(Reply):
+class DailyUsage(ResponseBody):
     """What one agent of one tenant used on one UTC day."""
 
     tenant: str
@@ -248,13 +261,13 @@ class DailyUsage(Reply):
     usage: UsageSum
 
 
-class UsageList(Reply):
+class UsageList(ResponseBody):
     """``GET /usage``."""
 
     items: list[DailyUsage]
 
 
-class TurnView(Reply):
+class TurnView(ResponseBody):
     """``GET /turns/{turnId}``."""
 
     turnId: str
@@ -272,7 +285,7 @@ class TurnView(Reply):
     audit: list[dict[str, Any]] = Field(description="the turn's audit events, oldest first")
 
 
-class Cancelled(Reply):
+class Cancelled(ResponseBody):
     """``POST /turns/{turnId}/cancel``: 200 when stopped, 202 while a running turn stops."""
 
     turnId: str
@@ -282,21 +295,21 @@ class Cancelled(Reply):
     note: str
 
 
-class HistoryMessage(Reply):
+class HistoryMessage(ResponseBody):
     """One message of a session, blocks in the Messages API shape."""
 
     role: Literal["user", "assistant"]
     content: list[dict[str, Any]]
 
 
-class CompactionMarker(Reply):
+class CompactionMarker(ResponseBody):
     """A compaction: messages before ``upTo`` are no longer sent to the model (the summary, if any, is)."""
 
     upTo: int = Field(ge=1)
     summary: str | SkipJsonSchema[None] = omitted("what stands in for them (strategy summarize)")
 
 
-class SessionView(Reply):
+class SessionView(ResponseBody):
     """``GET /sessions/{sessionId}``."""
 
     sessionId: str
@@ -315,7 +328,7 @@ class TurnEvent(BaseModel):
     at: float
 
 
-class TurnEvents(Reply):
+class TurnEvents(ResponseBody):
     """``GET /turns/{turnId}/events``: events after ``after``, the cursor to ask from next."""
 
     events: list[TurnEvent]
@@ -323,7 +336,7 @@ class TurnEvents(Reply):
     finished: bool = Field(description="the turn has finished: its finished event is in the list")
 
 
-class Health(Reply):
+class Health(ResponseBody):
     """``GET /health``."""
 
     status: Literal["ok"]

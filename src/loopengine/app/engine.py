@@ -10,7 +10,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from loopengine.app import outcome, turn_events, usage, views
 from loopengine.app.follow import follow as follow_turn
@@ -32,7 +32,8 @@ from loopengine.domain.base.errors import (
 from loopengine.domain.base.ids import new_id, session_key
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
-from loopengine.domain.decisions import HumanVerdict
+from loopengine.domain.decisions import ApprovalScope as ApprovalScope
+from loopengine.domain.decisions import Reply, Verdict
 from loopengine.domain.idempotency import claim
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
@@ -40,7 +41,6 @@ from loopengine.domain.tokens.context_window import Compaction
 from loopengine.domain.tokens.metering import DailyUsage, Metered
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
-ApprovalScope = Literal["turn"]
 CLOSE_WAIT_SECONDS = 10.0
 """How long :meth:`Engine.close` waits for the resumes in flight by default."""
 Trigger = Literal["message", "schedule"]
@@ -166,31 +166,16 @@ class Engine:
             details={"turnId": earlier.turn_id},
         )
 
-    def resolve(
-        self,
-        pending_id: str,
-        decision: HumanVerdict,
-        decider: Decider,
-        edited_args: dict[str, Any] | None = None,
-        comment: str | None = None,
-        args_hash: str | None = None,
-        scope: ApprovalScope | None = None,
-    ) -> Resolution:
-        """Approve or deny a pending approval (``editedArgs`` are checked against the tool's schema).
+    def resolve(self, pending_id: str, verdict: Verdict, decider: Decider) -> Resolution:
+        """Decide a pending approval: an :class:`~loopengine.domain.decisions.Approval` or a ``Denial``.
 
-        The HTTP edge validates the request's shape; the cheap checks here are for library callers.
+        An approval's ``edited_args`` are checked against the tool's schema and re-gated.
         """
-        if comment is not None and not isinstance(comment, str):
-            raise InvalidInput("comment must be a string")
-        if args_hash is not None and not isinstance(args_hash, str):
-            raise InvalidInput("argsHash must be a string")
-        return resolution.resolve_approval(
-            self.rt, pending_id, decision, decider, edited_args, comment, args_hash, scope
-        )
+        return resolution.resolve_approval(self.rt, pending_id, verdict, decider)
 
-    def answer(self, pending_id: str, answer: str, decider: Decider) -> Resolution:
-        """Answer a pending question."""
-        return resolution.answer_question(self.rt, pending_id, answer, decider)
+    def answer(self, pending_id: str, reply: Reply, decider: Decider) -> Resolution:
+        """Answer a pending question with a :class:`~loopengine.domain.decisions.Reply`."""
+        return resolution.answer_question(self.rt, pending_id, reply, decider)
 
     def resume(
         self, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None

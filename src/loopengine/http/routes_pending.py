@@ -42,16 +42,7 @@ def resolve(
     pending_id: PendingId, body: Annotated[m.ResolveRequest, Body()], wait: Wait = None
 ) -> Response[m.ResolveOutcome]:
     logger.set_correlation_id(pending_id)
-    res = root.engine().resolve(
-        pending_id,
-        body.decision,
-        auth.current(router),
-        edited_args=body.editedArgs,
-        comment=body.comment,
-        args_hash=body.argsHash,
-        scope=body.scope,
-    )
-    return _reply(res, wait)
+    return _reply(root.engine().resolve(pending_id, body.verdict(), auth.current(router)), wait)
 
 
 @router.post("/pending-questions/<pendingId>/answer", summary="Answer a pending question", responses=RESOLVED)
@@ -59,7 +50,7 @@ def answer(
     pending_id: PendingId, body: Annotated[m.AnswerRequest, Body()], wait: Wait = None
 ) -> Response[m.ResolveOutcome]:
     logger.set_correlation_id(pending_id)
-    return _reply(root.engine().answer(pending_id, body.answer, auth.current(router)), wait)
+    return _reply(root.engine().answer(pending_id, body.reply(), auth.current(router)), wait)
 
 
 @router.get(
