@@ -421,7 +421,7 @@ def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_ret
         assert (waiting.status, waiting.model_failures) == (TurnStatus.RETRYING, 1)
         # honest status: retrying, which attempt, and when the next one is due
         assert h.engine.outcome(out.turn_id).status.public() == "retrying"
-        view = views.turn_view(waiting, h.engine.outcome(out.turn_id), [])
+        view = views.wire(views.turn_view(waiting, h.engine.outcome(out.turn_id), []))
         assert (view["status"], view["attempt"], view["retryAt"]) == ("retrying", 1, waiting.due_at)
         assert waiting.due_at == h.clock.now() + h.rt.model_retry_seconds
         [scheduled] = events(h, out.turn_id, "retry_scheduled")

@@ -319,7 +319,8 @@ def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_work
         res = h.engine.resolve(pending["t4"].pending_id, Denial(), BOB)
 
         assert (res.denied, res.resuming, res.outstanding) == (True, True, 0)
-        assert views.resolution(res) == (
+        status, body = views.resolution(res)
+        assert (status, views.wire(body)) == (
             202,
             {"resolved": True, "outstanding": 0, "status": "resuming", "turnId": turn_id},
         )

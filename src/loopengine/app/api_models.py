@@ -1,8 +1,9 @@
 """The HTTP API's request and response bodies as pydantic models (DESIGN.md "HTTP API").
 
-One place for the wire contract: the api handler validates requests against these models, checks
-its responses against them, and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``)
-is generated from them. Field names are the wire's camelCase. Requests ignore unknown fields (a
+One place for the wire contract: the api handler validates requests against these models (a resolve
+body becomes the typed verdict, :meth:`ResolveRequest.verdict`), its routes answer with these models
+(:mod:`loopengine.app.views` fills them from domain results) and Powertools checks and serialises them,
+and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``) is generated from them. Field names are the wire's camelCase. Requests ignore unknown fields (a
 newer client may send more); responses list every field they carry (``additionalProperties: false``),
 so a response that drifts from its model fails the contract tests.
 
@@ -137,6 +138,8 @@ StopReasonName = Literal[
     "max_iterations",
     "token_allowance",
 ]
+WorkingStatus = Literal["running", "retrying", "queued"]
+TurnStatusName = Literal["running", "retrying", "paused", "queued", "finished"]
 
 
 class PendingItem(ResponseBody):
@@ -193,7 +196,7 @@ class Working(ResponseBody):
     Or queued behind a parked turn, or waiting to retry a model call that failed transiently.
     """
 
-    status: Literal["running", "retrying", "queued"]
+    status: WorkingStatus
     turnId: str
     sessionId: str
     attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")
@@ -274,7 +277,7 @@ class TurnView(ResponseBody):
     sessionId: str
     agent: str
     tenant: str
-    status: Literal["running", "retrying", "paused", "queued", "finished"]
+    status: TurnStatusName
     stopReason: StopReasonName | None
     text: str | SkipJsonSchema[None] = omitted("the final text, once finished")
     attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")

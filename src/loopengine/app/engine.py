@@ -1,7 +1,8 @@
 """The application service: what handlers, the dev server and the CLI call.
 
 One :class:`Engine` per process wraps a :class:`~loopengine.app.runtime.Runtime`. Methods take plain
-values and return domain results; :mod:`loopengine.app.views` turns those into the JSON of DESIGN.md.
+values and typed verdicts and return domain results; :mod:`loopengine.app.views` builds the
+replies of DESIGN.md from them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from loopengine.app import outcome, turn_events, usage, views
+from loopengine.app import outcome, turn_events, usage
 from loopengine.app.follow import follow as follow_turn
 from loopengine.app.outcome import TurnOutcome
 from loopengine.app.ports import Change
@@ -139,7 +140,6 @@ class Engine:
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
-        items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
         stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
         waiting = earlier.status in (TurnStatus.PAUSED, TurnStatus.RETRYING)
         if (waiting and config.on_new_message == "supersede") or stopping:
@@ -155,6 +155,9 @@ class Engine:
                 details={"turnId": earlier.turn_id},
             )
         if earlier.status is TurnStatus.PAUSED:
+            from loopengine.app import views  # the reply models: not in a worker's cold start
+
+            items = [views.wire(views.pending_item(p)) for p in self.outcome(earlier.turn_id).pending]
             raise Conflict(
                 f"session {earlier.session_id} has a parked turn {earlier.turn_id}; "
                 "answer its pending items first (this agent's on_new_message is reject)",
@@ -282,7 +285,12 @@ class Engine:
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
     ) -> list[JsonDict]:
         """Open pending items (the poll surface) of the tenants ``who`` sees: see :func:`items.open_items`."""
-        return [views.listed_item(cp, item) for cp, item in items.open_items(self.rt, agent, tenant, who)]
+        from loopengine.app import views  # the reply models: not in a worker's cold start
+
+        return [
+            views.wire(views.listed_item(cp, item))
+            for cp, item in items.open_items(self.rt, agent, tenant, who)
+        ]
 
     def history(
         self, session_id: str, who: Decider | None = None, tenant: str | None = None

@@ -50,7 +50,7 @@ class Transcript:
 
     def body(self, status: int, body: Any) -> None:
         """An HTTP-style answer, as the API would send it."""
-        text = json.dumps(body, indent=2, sort_keys=False)
+        text = json.dumps(views.wire(body), indent=2, sort_keys=False)
         self.detail(f"-> {status} " + text.replace("\n", "\n       "))
 
 
