@@ -3,9 +3,10 @@
 One place for the wire contract: the api handler validates requests against these models (a resolve
 body becomes the typed verdict, :meth:`ResolveRequest.verdict`), its routes answer with these models
 (:mod:`loopengine.app.views` fills them from domain results) and Powertools checks and serialises them,
-and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``) is generated from them. Field names are the wire's camelCase. Requests ignore unknown fields (a
-newer client may send more); responses list every field they carry (``additionalProperties: false``),
-so a response that drifts from its model fails the contract tests.
+and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``) is generated from them.
+Field names are the wire's camelCase. Requests ignore unknown fields (a newer client may send more);
+responses list every field they carry (``additionalProperties: false``), so a response that drifts
+from its model fails the contract tests.
 
 pydantic only: no boto3, no Powertools (the core stays importable without them). Every model is
 built on first use (``defer_build``): a cold start validates with the few a route needs, not all of
