@@ -30,6 +30,7 @@ from loopengine.app.request.resolution import Decider, Resolution
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import build_runtime
 from loopengine.domain.base.clock import SystemClock
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.turns import TurnStatus
 from loopengine.stores.dynamodb import count_requests, create_table, open_dynamodb_stores
 
@@ -153,7 +154,7 @@ def run_flow(engine: Engine, meter: Meter, invoker: PhaseInvoker, session_id: st
         invoker.resolve_part = None
         pending = engine.outcome(out.turn_id).pending[0].pending_id
         meter.clear()
-        engine.resolve(pending, "approve", WHO)
+        engine.resolve(pending, Approval(), WHO)
         assert invoker.resolve_part is not None
         phases[f"resolve ({name})"] = invoker.resolve_part
         phases[f"resume -> {then}"] = meter.report()
@@ -190,17 +191,17 @@ def requests_per_step() -> dict[str, Any]:
         refund = out.pending[0].pending_id
         measure(
             "resolve approve (last item) -> resume -> pause again (send_email)",
-            lambda: engine.resolve(refund, "approve", WHO),
+            lambda: engine.resolve(refund, Approval(), WHO),
             split=True,
         )
         email = engine.outcome(out.turn_id).pending[0].pending_id
         measure(
             "resolve approve (last item) -> resume -> finish (end_turn)",
-            lambda: engine.resolve(email, "approve", WHO),
+            lambda: engine.resolve(email, Approval(), WHO),
             split=True,
         )
         late: Resolution = measure(
-            "late click (alreadyResolved)", lambda: engine.resolve(refund, "approve", WHO)
+            "late click (alreadyResolved)", lambda: engine.resolve(refund, Approval(), WHO)
         )
         assert late.already_resolved
 
@@ -211,12 +212,12 @@ def requests_per_step() -> dict[str, Any]:
         )
         first, second = (p.pending_id for p in both.pending)
         sibling: Resolution = measure(
-            "resolve approve (non-last sibling)", lambda: engine.resolve(first, "approve", WHO)
+            "resolve approve (non-last sibling)", lambda: engine.resolve(first, Approval(), WHO)
         )
         assert sibling.outstanding == 1
         measure(
             "resolve approve (last sibling) -> resume -> finish (end_turn)",
-            lambda: engine.resolve(second, "approve", WHO),
+            lambda: engine.resolve(second, Approval(), WHO),
             split=True,
         )
 
@@ -224,7 +225,7 @@ def requests_per_step() -> dict[str, Any]:
         denied = engine.send_message(AGENT, RIGHT_AWAY)
         measure(
             "resolve deny (cascade-skip sibling) -> finish (denied)",
-            lambda: engine.resolve(denied.pending[0].pending_id, "deny", WHO),
+            lambda: engine.resolve(denied.pending[0].pending_id, Denial(), WHO),
         )
         assert engine.turn(denied.turn_id).stop_reason == "denied"
     return steps
@@ -278,7 +279,7 @@ def realistic_flow(client: Any, webhook_url: str, secret: str) -> dict[str, Any]
     phases["message -> pause"] = meter.report()
     assert out.status is TurnStatus.PAUSED
     meter.clear()
-    container().resolve(out.pending[0].pending_id, "approve", WHO)
+    container().resolve(out.pending[0].pending_id, Approval(), WHO)
     phases["resolve"] = meter.report()
     meter.clear()
     for turn_id in queued.turns * 2:  # delivered twice

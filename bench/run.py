@@ -25,6 +25,7 @@ from loopengine.app.invokers import InlineInvoker  # noqa: E402
 from loopengine.app.request.resolution import Decider  # noqa: E402
 from loopengine.app.runtime import Runtime  # noqa: E402
 from loopengine.domain.base.clock import SystemClock  # noqa: E402
+from loopengine.domain.decisions import Approval  # noqa: E402
 from loopengine.models.scripted import ScriptedModel  # noqa: E402
 from loopengine.stores.sqlite import open_sqlite_stores  # noqa: E402
 
@@ -52,7 +53,7 @@ def pause_resolve(runs: int = 30) -> tuple[float, float]:
             out = engine.send_message("bench", "go")
             pauses.append(time.perf_counter() - t)
             t = time.perf_counter()
-            engine.resolve(out.pending[0].pending_id, "approve", Decider("bench"))
+            engine.resolve(out.pending[0].pending_id, Approval(), Decider("bench"))
             resolves.append(time.perf_counter() - t)
         stores.close()
     return statistics.median(pauses), statistics.median(resolves)

@@ -54,6 +54,7 @@ from loopengine.app.engine import Engine  # noqa: E402
 from loopengine.app.request.resolution import Decider  # noqa: E402
 from loopengine.authoring.registry import AgentRegistry  # noqa: E402
 from loopengine.domain.base.ids import new_id  # noqa: E402
+from loopengine.domain.decisions import Approval  # noqa: E402
 from loopengine.domain.turns import TurnStatus  # noqa: E402
 
 AGENT = "refund-cycle"
@@ -105,7 +106,7 @@ def run_cycle(bench: Bench, session_id: str | None = None) -> dict[str, Any]:
     pending = engine.outcome(out.turn_id).pending[0].pending_id
     invoker.resolve_part = None
     meter.clear()
-    engine.resolve(pending, "approve", WHO)
+    engine.resolve(pending, Approval(), WHO)
     if invoker.resolve_part is None:
         raise AssertionError("approving the last item handed on no resume")
     phases["resolve"] = invoker.resolve_part

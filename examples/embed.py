@@ -25,6 +25,7 @@ from loopengine import Engine, Principal, build_engine
 from loopengine.app.invokers import ThreadInvoker
 from loopengine.app.ports import Change, Committed, Stores
 from loopengine.domain.base.clock import SystemClock
+from loopengine.domain.decisions import Approval
 from loopengine.stores.sqlite import (
     SqliteCheckpointStore,
     SqliteDatabase,
@@ -62,7 +63,7 @@ def follow_and_approve(engine: Engine, agent: str, message: str) -> str:
     while items := engine.open_items(agent=agent):  # what GET /pending-approvals lists
         item = items[0]
         print(f"pending: {item['tool']} {item['args']} ({item['reason']})")
-        done = engine.resolve(item["pendingId"], "approve", REVIEWER, args_hash=item["argsHash"])
+        done = engine.resolve(item["pendingId"], Approval(args_hash=item["argsHash"]), REVIEWER)
         print(f"approved {item['tool']}: {done.outstanding} outstanding")
         cursor = show(engine.follow(out.turn_id, after=cursor, until_pause=True))
     print(f"finished: {engine.outcome(out.turn_id).text}")

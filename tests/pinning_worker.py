@@ -17,6 +17,7 @@ from loopengine.app.invokers import InlineInvoker
 from loopengine.app.outcome import TurnOutcome
 from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import build_runtime
+from loopengine.domain.decisions import Approval
 
 
 def _print(out: TurnOutcome, engine: Engine) -> None:
@@ -42,7 +43,7 @@ def main(argv: list[str]) -> None:
     if argv[0] == "send":
         _print(engine.send_message(argv[1], argv[2]), engine)
     else:
-        engine.resolve(argv[1], "approve", Decider("user:alice", "test"))
+        engine.resolve(argv[1], Approval(), Decider("user:alice", "test"))
         _print(engine.outcome(argv[2]), engine)
 
 

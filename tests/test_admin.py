@@ -23,6 +23,7 @@ from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import build_engine
 from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.decisions import Approval
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.local.cli import main
 from tests.agent_folders import calls, write_agent
@@ -95,7 +96,7 @@ def test_sqlite_find_redrive_and_expire_a_stuck_turn(
     # GIVEN a turn approved whose resume never arrived (the invoke was lost)
     engine, lost = engine_for(env)
     paused = engine.send_message("shop", "refund both")
-    engine.resolve(paused.pending[0].pending_id, "approve", REVIEWER)
+    engine.resolve(paused.pending[0].pending_id, Approval(), REVIEWER)
     turn_id = paused.turn_id
     assert lost.invoked == [turn_id] and engine.turn(turn_id).status is TurnStatus.READY
     engine.rt.stores.close()
@@ -189,7 +190,7 @@ def test_a_dead_lettered_resume_is_redriven_once_on_dynamodb(
     # its runner's lease has long run out), and Lambda gave up on the event after its retries
     engine, _ = engine_for(env, FakeClock(time.time() - 3600))
     paused = engine.send_message("shop", "refund it")
-    engine.resolve(paused.pending[0].pending_id, "approve", REVIEWER)
+    engine.resolve(paused.pending[0].pending_id, Approval(), REVIEWER)
 
     def die_after_the_tool(point: str) -> None:
         if point == "tool_returned":

@@ -206,7 +206,9 @@ def test_a_response_that_drifts_from_its_model_is_caught_not_sent(
 ) -> None:
     pending = _pending()
     real = views.resolution
-    monkeypatch.setattr(views, "resolution", lambda res: (real(res)[0], {**real(res)[1], "secret": "x"}))
+    monkeypatch.setattr(
+        views, "resolution", lambda res: (real(res)[0], {**views.wire(real(res)[1]), "secret": "x"})
+    )
     status, reply = call(api.handler, load_event("resolve_approve", pendingId=pending))
     assert (status, reply["error"]) == (500, "internal") and "secret" not in json.dumps(reply)
 

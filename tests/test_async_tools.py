@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from loopengine import Tool, ToolContext, tool_from_model
 from loopengine.app.worker.batch import run_call
 from loopengine.app.worker.tool_calls import GRACE
+from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnStatus
@@ -87,8 +88,8 @@ def test_an_approved_async_tool_runs_once_when_the_turn_resumes() -> None:
     cfg = agent("shop", [tool_from_model("charge", "Charge.", Charge, charge)], ASK)
     with scenario(cfg, model=one_call()) as h:
         out = h.engine.send_message("shop", "go")
-        h.engine.resolve(out.pending[0].pending_id, "approve", OPERATOR)
-        again = h.engine.resolve(out.pending[0].pending_id, "approve", OPERATOR)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), OPERATOR)
+        again = h.engine.resolve(out.pending[0].pending_id, Approval(), OPERATOR)
         assert again.already_resolved
         assert h.engine.outcome(out.turn_id).status is TurnStatus.FINISHED
     assert count == ["user:ops"]

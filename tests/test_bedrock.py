@@ -19,6 +19,7 @@ from loopengine.app.ports import ModelRequest
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.bootstrap import ModelChooser, build_engine
 from loopengine.domain.base.errors import ConfigError, FatalModelError, RetryableModelError
+from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.tokens.usage import Usage
@@ -109,7 +110,7 @@ def test_a_bedrock_agent_streams_pauses_on_a_gated_call_and_finishes_through_the
         out = engine.send_message("shop-bedrock", "Please refund order 1.")
         assert [p.tool for p in out.pending] == ["refund"] and out.status.value == "paused", out
         # ... and a human approves: the refund runs, the model answers
-        engine.resolve(out.pending[0].pending_id, "approve", Principal("ops"))
+        engine.resolve(out.pending[0].pending_id, Approval(), Principal("ops"))
         done = engine.turn(out.turn_id)
         # the ordinary agent still has no key: it is the offline script, not Bedrock
         engine.send_message("shop", "refund please")

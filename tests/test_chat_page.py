@@ -14,6 +14,7 @@ import pytest
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.channels.chat import render
+from loopengine.domain.decisions import Denial
 from loopengine.domain.principals import Principal
 from loopengine.http import api
 from tests.handler_support import FakeContext, InstallRoot, load_event, with_auth
@@ -84,7 +85,7 @@ def test_a_session_shows_its_thread_escaped_and_its_open_card_where_it_was(engin
 
 def test_what_became_of_each_card_and_how_the_turn_ended(engine: Engine) -> None:
     denied = engine.send_message("customer-service", "Order A-1001 arrived broken.", sender=ADMIN)
-    engine.resolve(denied.pending[0].pending_id, "deny", ADMIN, comment="ask finance")
+    engine.resolve(denied.pending[0].pending_id, Denial(comment="ask finance"), ADMIN)
     html = _get(f"/chat/customer-service?session={denied.session_id}")["body"]
     assert 'data-state="denied"' in html and "Denied by user:admin (“ask finance”)" in html
     assert 'class="entry note" data-state="denied"' in html and "data-turn-id" not in html

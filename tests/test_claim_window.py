@@ -25,6 +25,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
 from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.base.errors import StoreError
+from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import check_protocol
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -163,7 +164,7 @@ def test_a_read_throttled_around_the_refunds_claim_leaves_it_to_run_once(
     engine = Engine(rt)
     out = engine.send_message("shop", "Please refund order 1.", session_id="ses_window")
     (item,) = engine.outcome(out.turn_id).pending
-    engine.resolve(item.pending_id, "approve", WHO)
+    engine.resolve(item.pending_id, Approval(), WHO)
     assert invoker.queue == [out.turn_id]
 
     throttle.arm(nth, after_write)  # the resume worker: its first write claims the turn and the refund

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loopengine import Engine, Principal, build_engine
+from loopengine import Approval, Engine, Principal, build_engine
 from loopengine.app.invokers import ThreadInvoker
 from loopengine.domain.base.errors import StoreError
 from loopengine.domain.turns import TurnStatus
@@ -31,7 +31,7 @@ REFUND = "Order A-1001 arrived broken, please refund it."
 
 SCRIPT = """
 import sys
-from loopengine import Principal, build_engine
+from loopengine import Approval, Principal, build_engine
 from loopengine.app.invokers import ThreadInvoker
 
 invoker = ThreadInvoker()
@@ -39,7 +39,7 @@ engine = build_engine({"LOOPENGINE_DB": sys.argv[1], "LOOPENGINE_MODEL": "script
 invoker.resume = engine.resume
 engine.send_message("customer-service", "Order A-1001 arrived broken, please refund it.")
 item = engine.open_items(agent="customer-service")[0]
-engine.resolve(item["pendingId"], "approve", Principal("ops@example.com"), args_hash=item["argsHash"])
+engine.resolve(item["pendingId"], Approval(args_hash=item["argsHash"]), Principal("ops@example.com"))
 print("resolved", flush=True)
 """
 """docs/python.md's pattern, ending right after the resolve (the resume runs on the invoker's thread)."""
@@ -106,7 +106,7 @@ def test_with_engine_waits_for_the_resume_in_flight_then_closes_its_store(tmp_pa
     with threaded_engine(db) as engine:
         out = engine.send_message(AGENT, REFUND)
         item = engine.open_items(agent=AGENT)[0]
-        engine.resolve(item["pendingId"], "approve", Principal("ops@example.com"), args_hash=item["argsHash"])
+        engine.resolve(item["pendingId"], Approval(args_hash=item["argsHash"]), Principal("ops@example.com"))
 
     with pytest.raises(StoreError):  # closed: later use is refused, not a crash
         engine.turn(out.turn_id)

@@ -11,6 +11,7 @@ import pytest
 
 from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.request.resolution import Decider, Resolution
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -63,7 +64,7 @@ def test_two_siblings_resolved_at_once_resume_exactly_once(attempt: int) -> None
         pids = [p.pending_id for p in out.pending]
         people = [Decider("alice@example.com"), Decider("bob@example.com")]
 
-        got = race(2, lambda i: h.engine.resolve(pids[i], "approve", people[i]))
+        got = race(2, lambda i: h.engine.resolve(pids[i], Approval(), people[i]))
 
         assert all(isinstance(r, Resolution) for r in got), got
         assert all(isinstance(r, Resolution) and not r.already_resolved for r in got)
@@ -98,7 +99,7 @@ def test_resumes_delivered_at_once_run_the_turn_once() -> None:
     model = ScriptedModel.from_list([call(use("refund", {"x": 1}, id="r1")), say("done")])
     with scenario(cfg, model=model, inline=False) as h:
         out = h.engine.send_message("shop", "go")
-        h.engine.resolve(out.pending[0].pending_id, "approve", Decider("a"))
+        h.engine.resolve(out.pending[0].pending_id, Approval(), Decider("a"))
 
         got = race(4, lambda _i: h.engine.resume(out.turn_id))  # type: ignore[arg-type,return-value]
 
@@ -118,7 +119,7 @@ def test_five_clicks_on_the_same_pending_id_run_the_tool_once(inline: bool) -> N
         out = h.engine.send_message("shop", "go")
         pid = out.pending[0].pending_id
 
-        got = race(5, lambda i: h.engine.resolve(pid, "approve", Decider(f"user{i}")))
+        got = race(5, lambda i: h.engine.resolve(pid, Approval(), Decider(f"user{i}")))
 
         assert all(isinstance(r, Resolution) for r in got), got
         winners = [r for r in got if isinstance(r, Resolution) and not r.already_resolved]
@@ -147,7 +148,7 @@ def test_approve_and_deny_racing_on_siblings_agree(attempt: int) -> None:
     with scenario(cfg, model=model, inline=False) as h:
         out = h.engine.send_message("shop", "go")
         by_tool = {p.tool: p.pending_id for p in out.pending}
-        moves = [(by_tool["refund"], "approve"), (by_tool["email"], "deny")]
+        moves = [(by_tool["refund"], Approval()), (by_tool["email"], Denial())]
 
         got = race(2, lambda i: h.engine.resolve(moves[i][0], moves[i][1], Decider(f"u{i}")))
 

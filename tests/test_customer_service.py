@@ -11,6 +11,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import result_text
+from loopengine.domain.decisions import Approval
 from loopengine.domain.gate import Decision
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel
@@ -113,11 +114,11 @@ def test_offline_script_end_to_end(registry: AgentRegistry, cfg: AgentConfig) ->
         assert out.stop_reason is StopReason.PENDING_APPROVAL
         (refund,) = out.pending
         assert refund.tool == "issue_refund" and refund.args["amount"] == 212.0
-        h.engine.resolve(refund.pending_id, "approve", Decider("ops@example.com"))
+        h.engine.resolve(refund.pending_id, Approval(), Decider("ops@example.com"))
         again = h.engine.outcome(out.turn_id)
         (email,) = again.pending
         assert email.tool == "send_email" and email.args["intent"] == "refund"
-        h.engine.resolve(email.pending_id, "approve", Decider("ops@example.com"))
+        h.engine.resolve(email.pending_id, Approval(), Decider("ops@example.com"))
 
         done = h.engine.outcome(out.turn_id)
         assert done.status is TurnStatus.FINISHED and done.stop_reason is StopReason.END_TURN

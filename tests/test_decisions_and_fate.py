@@ -6,16 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loopengine.app import api_models as m
 from loopengine.domain import checkpoint as cps
+from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
 from loopengine.domain.decisions import (
     KINDS,
     Abandoned,
     Answer,
+    Approval,
     Approve,
     DecidedBy,
+    Denial,
     Deny,
     Expired,
+    Reply,
     Skipped,
     decision_from_dict,
 )
@@ -119,3 +124,33 @@ def test_fate_of_every_path_an_item_can_take() -> None:
     assert item_fate(abandoned, StopReason.SUPERSEDED, "pnd_a", T0).state is FateState.SUPERSEDED
     assert item_fate(abandoned, StopReason.CANCELLED, "pnd_a", T0).state is FateState.CANCELLED
     assert item_fate(abandoned, None, "pnd_a", T0).state is FateState.ABANDONED
+
+
+# -- what a person sends --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Approval(scope="forever"),  # type: ignore[arg-type]
+        lambda: Approval(comment=5),  # type: ignore[arg-type]
+        lambda: Approval(args_hash=["x"]),  # type: ignore[arg-type]
+        lambda: Denial(comment=b"no"),  # type: ignore[arg-type]
+        lambda: Denial(args_hash=1),  # type: ignore[arg-type]
+        lambda: Reply(" \n"),
+        lambda: Reply(None),  # type: ignore[arg-type]
+    ],
+)
+def test_a_verdict_checks_its_fields_when_built(build: object) -> None:
+    with pytest.raises(InvalidInput):
+        build()  # type: ignore[operator]
+
+
+def test_a_resolve_body_parses_into_the_verdict_it_asks_for() -> None:
+    edit = {"decision": "approve", "editedArgs": {"a": 1}, "comment": "ok", "argsHash": "h", "scope": "turn"}
+    assert m.ResolveRequest.model_validate(edit).verdict() == Approval(
+        edited_args={"a": 1}, comment="ok", args_hash="h", scope="turn"
+    )
+    deny = {"decision": "deny", "comment": "no", "argsHash": "h", "editedArgs": {"a": 1}, "scope": "turn"}
+    assert m.ResolveRequest.model_validate(deny).verdict() == Denial(comment="no", args_hash="h")
+    assert m.AnswerRequest.model_validate({"answer": "A-1001"}).reply() == Reply("A-1001")

@@ -16,6 +16,7 @@ from loopengine.app.ports import Change, Committed, ModelRequest, ModelResponse
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain.base.errors import FatalModelError, RetryableModelError
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.turns import CallRecord, StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -93,7 +94,7 @@ def test_a_started_call_record_with_no_outcome_is_never_run() -> None:
         (item,) = out.pending
         assert h.rt.stores.turns.start_call(CallRecord(out.turn_id, "r1", "refund", h.clock.now()))
 
-        res = h.engine.resolve(item.pending_id, "approve", REVIEWER)
+        res = h.engine.resolve(item.pending_id, Approval(), REVIEWER)
 
         assert res.completed
         assert calls.count("refund") == 0
@@ -122,13 +123,13 @@ def test_crash_mid_call_after_approval_is_reported_unknown_and_never_rerun() -> 
         out = h.engine.send_message("shop", "charge")
         (item,) = out.pending
 
-        assert h.engine.resolve(item.pending_id, "approve", REVIEWER).completed
+        assert h.engine.resolve(item.pending_id, Approval(), REVIEWER).completed
         assert calls.count("charge") == 0  # a resolve records; the worker runs
         with pytest.raises(Crash):
             h.engine.resume(out.turn_id)  # the resume worker dies inside the tool
 
         # the decision is on record and a second click does not run it again
-        assert h.engine.resolve(item.pending_id, "approve", REVIEWER).already_resolved
+        assert h.engine.resolve(item.pending_id, Approval(), REVIEWER).already_resolved
         assert calls.count("charge") == 1
         assert turn(h, out.turn_id).status is TurnStatus.RUNNING
         # the runner may still be alive: nothing is declared unknown within its lease
@@ -166,7 +167,7 @@ def test_crash_after_the_outcome_was_recorded_uses_the_recorded_result(monkeypat
 
         monkeypatch.setattr(h.rt.stores.turns, "commit", commit_then_die)
         with pytest.raises(Crash):
-            h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+            h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         monkeypatch.undo()
         assert calls.count("refund") == 1
         assert h.rt.stores.turns.calls(out.turn_id)["r1"].outcome == "ok"
@@ -188,7 +189,7 @@ def test_crash_after_appending_results_goes_on_to_the_next_batch() -> None:
     with scenario(shop(calls), model=model) as h:
         out = h.engine.send_message("shop", "refund twice")
         with die_at("results_appended"), pytest.raises(Crash):
-            h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+            h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         assert len(history(h, out.session_id)) == 3
         assert turn(h, out.turn_id).checkpoint_id is None  # cleared in the same write as the append
 
@@ -200,7 +201,7 @@ def test_crash_after_appending_results_goes_on_to_the_next_batch() -> None:
         assert again.status is TurnStatus.PAUSED
         assert [p.tool_use_id for p in again.pending] == ["r2"]
         assert_protocol(h, out.session_id)
-        h.engine.resolve(again.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(again.pending[0].pending_id, Approval(), REVIEWER)
         msgs = assert_protocol(h, out.session_id)
         assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant", "user", "assistant"]
         assert calls.log == [("refund", {"x": 1}), ("refund", {"x": 2})]
@@ -215,10 +216,10 @@ def test_crash_after_a_denial_was_recorded_still_finishes_denied() -> None:
     with scenario(shop(calls), model=model) as h:
         out = h.engine.send_message("shop", "refund")
         with die_at("decided"), pytest.raises(Crash):
-            h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER)
+            h.engine.resolve(out.pending[0].pending_id, Denial(), REVIEWER)
         # the decision's own write closed the batch and finished the turn: nothing is left to recover
         assert turn(h, out.turn_id).status is TurnStatus.FINISHED
-        assert h.engine.resolve(out.pending[0].pending_id, "deny", REVIEWER).already_resolved
+        assert h.engine.resolve(out.pending[0].pending_id, Denial(), REVIEWER).already_resolved
 
         h.clock.advance(PAST_LEASE)
         assert h.engine.sweep().recovered == 0
@@ -249,7 +250,7 @@ def test_crash_right_after_the_pause_still_notifies_through_the_outbox() -> None
         h.clock.advance(3600)
         h.engine.sweep()
         assert len(h.notifier.events("approval")) == 1  # delivered once it was delivered
-        assert h.engine.resolve(note["pendingId"], "approve", REVIEWER).completed
+        assert h.engine.resolve(note["pendingId"], Approval(), REVIEWER).completed
         assert turn(h, turn_id).stop_reason is StopReason.END_TURN
         assert calls.log == [("lookup", {"x": 1}), ("refund", {"x": 2})]
 
@@ -268,7 +269,7 @@ def test_a_second_process_resolves_and_resumes(tmp_path: Path) -> None:
         (item,) = out.pending
     # process one has exited
     with opened(db, shop(second_calls), model=second_model) as two:
-        res = two.engine.resolve(item.pending_id, "approve", REVIEWER)
+        res = two.engine.resolve(item.pending_id, Approval(), REVIEWER)
 
         assert res.completed
         assert turn(two, out.turn_id).stop_reason is StopReason.END_TURN
@@ -279,7 +280,7 @@ def test_a_second_process_resolves_and_resumes(tmp_path: Path) -> None:
     assert first_calls.log == [("lookup", {"x": 1})]
     assert len(first_model.requests) == 1
     with opened(db, shop(Calls()), model=ScriptedModel.from_list(script)) as three:
-        assert three.engine.resolve(item.pending_id, "approve", REVIEWER).already_resolved
+        assert three.engine.resolve(item.pending_id, Approval(), REVIEWER).already_resolved
         assert len(history(three, out.session_id)) == 4
 
 
@@ -308,13 +309,13 @@ def test_a_resumed_turn_runs_under_the_config_it_started_with() -> None:
         )
         h.agents.configs["shop"] = v2
 
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
 
         resumed = model.requests[1]
         assert (resumed.system, resumed.model) == ("test", "test-model")
         again = h.engine.outcome(out.turn_id)
         assert again.status is TurnStatus.PAUSED, "the old rules still ask for the second refund"
-        h.engine.resolve(again.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(again.pending[0].pending_id, Approval(), REVIEWER)
         assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
         assert turn(h, out.turn_id).config_hash == v1_hash
 
@@ -348,7 +349,7 @@ def test_a_failing_notifier_never_loses_the_pending_item() -> None:
         assert {e["notification"] for e in failed} == {"run_start", "approval"}
         assert all("receiver down" in e["error"] for e in failed)
 
-        h.engine.resolve(item.pending_id, "approve", REVIEWER)
+        h.engine.resolve(item.pending_id, Approval(), REVIEWER)
 
         assert turn(h, out.turn_id).stop_reason is StopReason.END_TURN
         assert calls.count("refund") == 1
@@ -414,13 +415,13 @@ def test_a_transient_model_error_right_after_an_approval_waits_and_the_sweep_ret
     model = Flaky(failures=2)
     with scenario(shop(calls), model=model) as h:
         out = h.engine.send_message("shop", "refund")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
 
         waiting = turn(h, out.turn_id)
         assert (waiting.status, waiting.model_failures) == (TurnStatus.RETRYING, 1)
         # honest status: retrying, which attempt, and when the next one is due
         assert h.engine.outcome(out.turn_id).status.public() == "retrying"
-        view = views.turn_view(waiting, h.engine.outcome(out.turn_id), [])
+        view = views.wire(views.turn_view(waiting, h.engine.outcome(out.turn_id), []))
         assert (view["status"], view["attempt"], view["retryAt"]) == ("retrying", 1, waiting.due_at)
         assert waiting.due_at == h.clock.now() + h.rt.model_retry_seconds
         [scheduled] = events(h, out.turn_id, "retry_scheduled")
@@ -454,7 +455,7 @@ def test_a_new_message_supersedes_a_retrying_turn_instead_of_409() -> None:
     calls = Calls()
     with scenario(shop(calls), model=Flaky(failures=99)) as h:
         out = h.engine.send_message("shop", "refund")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         assert turn(h, out.turn_id).status is TurnStatus.RETRYING
 
         again = h.engine.send_message("shop", "never mind", session_id=out.session_id)
@@ -470,7 +471,7 @@ def test_a_model_that_keeps_failing_ends_the_turn_with_error_after_the_bounded_r
     calls = Calls()
     with scenario(shop(calls), model=Flaky(failures=99)) as h:
         out = h.engine.send_message("shop", "refund")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         for _ in range(h.rt.max_model_failures * 2):
             h.clock.advance(h.rt.model_retry_seconds * 2**h.rt.max_model_failures)
             h.engine.sweep()
@@ -512,7 +513,7 @@ def test_an_agents_model_retry_setting_sets_the_attempts_and_the_longest_wait() 
     cfg = shop(calls, model_retry=ModelRetry(attempts=3, first_wait=10.0, max_wait=15.0))
     with scenario(cfg, model=Flaky(failures=99)) as h:
         out = h.engine.send_message("shop", "refund")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         first = turn(h, out.turn_id)
         assert first.due_at == h.clock.now() + 10.0  # first_wait, not the deployment's 30 s
         h.clock.advance(10.0)

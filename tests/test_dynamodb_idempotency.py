@@ -30,6 +30,7 @@ from loopengine.app.invokers import InlineInvoker
 from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
 from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import check_protocol
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
@@ -131,7 +132,7 @@ def resolve(engine: Engine) -> Seen:
     """resolve→finish: approve the refund (the first click); the turn resumes and finishes."""
     (turn,) = engine.rt.stores.turns.session_turns(SESSION)
     (item,) = engine.outcome(turn.turn_id).pending
-    first_click = engine.resolve(item.pending_id, "approve", WHO)
+    first_click = engine.resolve(item.pending_id, Approval(), WHO)
     return {"first click": "alreadyResolved" if first_click.already_resolved else "accepted"}
 
 
@@ -203,7 +204,7 @@ def test_many_sessions_with_lost_responses_all_come_to_rest(monkeypatch: pytest.
             engine, session_id = job
             out = engine.send_message("shop", "Please refund order 1.", session_id=session_id)
             (item,) = out.pending
-            click = engine.resolve(item.pending_id, "approve", WHO)
+            click = engine.resolve(item.pending_id, Approval(), WHO)
             history = engine.rt.stores.sessions.load(session_id)
             check_protocol(history)
             results = [r for m in history for r in m.tool_results]

@@ -9,6 +9,7 @@ import pytest
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.base.errors import Forbidden, InvalidInput, WrongKind
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -66,7 +67,7 @@ def test_invalid_edit_then_valid_edit_on_the_same_pending_id(bad: Any, why: str)
 
         refused = Forbidden if why == "rules deny" else InvalidInput  # a denied edit is 403
         with pytest.raises(refused) as info:
-            h.engine.resolve(item.pending_id, "approve", REVIEWER, edited_args=bad)
+            h.engine.resolve(item.pending_id, Approval(edited_args=bad), REVIEWER)
 
         assert why in str(info.value)
         after = checkpoint(h, out.turn_id)
@@ -77,7 +78,7 @@ def test_invalid_edit_then_valid_edit_on_the_same_pending_id(bad: Any, why: str)
         assert len(history(h, out.session_id)) == 2
 
         edit = {**REFUND, "amount": 150.0, "reason": "partial: one item broken"}
-        res = h.engine.resolve(item.pending_id, "approve", REVIEWER, edited_args=edit)
+        res = h.engine.resolve(item.pending_id, Approval(edited_args=edit), REVIEWER)
 
         assert not res.already_resolved and res.completed
         assert calls.log == [("issue_refund", edit)]
@@ -99,7 +100,7 @@ def test_approve_without_edit_runs_the_drafted_args() -> None:
     calls = Calls()
     with scenario(refund_agent(calls), model=refund_model()) as h:
         out = h.engine.send_message("shop", "refund A-1001")
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         assert calls.log == [("issue_refund", REFUND)]
         told = results(assert_protocol(h, out.session_id)[2])["r1"]
         assert told == {"tool": "issue_refund", "args": REFUND}
@@ -111,7 +112,7 @@ def test_bad_decision_word_is_invalid_and_changes_nothing() -> None:
         out = h.engine.send_message("shop", "refund A-1001")
         before = checkpoint(h, out.turn_id).to_dict()
         with pytest.raises(InvalidInput):
-            h.engine.resolve(out.pending[0].pending_id, "yes please", REVIEWER)
+            h.engine.resolve(out.pending[0].pending_id, "yes please", REVIEWER)  # type: ignore[arg-type]
         assert checkpoint(h, out.turn_id).to_dict() == before
 
 
@@ -141,7 +142,7 @@ def test_two_step_question_chain() -> None:
         assert note["pendingId"] == q1.pending_id
         assert note["resolveUrl"].endswith(f"/pending-questions/{q1.pending_id}/answer")
 
-        res = h.engine.answer(q1.pending_id, "A-1001", Decider("customer@example.com", "magic"))
+        res = h.engine.answer(q1.pending_id, Reply("A-1001"), Decider("customer@example.com", "magic"))
 
         # the resumed turn asked again: chained
         assert res.completed
@@ -151,9 +152,9 @@ def test_two_step_question_chain() -> None:
         (q2,) = again.pending
         assert q2.tool_use_id == "q2" and q2.pending_id != q1.pending_id
         assert h.notifier.events("question")[-1]["options"] == ["refund", "replace"]
-        assert h.engine.answer(q1.pending_id, "A-1002", REVIEWER).already_resolved
+        assert h.engine.answer(q1.pending_id, Reply("A-1002"), REVIEWER).already_resolved
 
-        h.engine.answer(q2.pending_id, "refund", REVIEWER)
+        h.engine.answer(q2.pending_id, Reply("refund"), REVIEWER)
 
         done = turn(h, out.turn_id)
         assert done.status is TurnStatus.FINISHED
@@ -173,7 +174,7 @@ def test_answer_must_be_a_non_empty_string() -> None:
         before = checkpoint(h, out.turn_id).to_dict()
         for bad in ("", "   ", None, 5, {"answer": "x"}):
             with pytest.raises(InvalidInput):
-                h.engine.answer(out.pending[0].pending_id, bad, REVIEWER)
+                h.engine.answer(out.pending[0].pending_id, Reply(bad), REVIEWER)  # type: ignore[arg-type]
         assert checkpoint(h, out.turn_id).to_dict() == before
 
 
@@ -198,18 +199,18 @@ def test_mixed_batch_is_pending_approval_and_each_route_rejects_the_other_kind()
         before = checkpoint(h, out.turn_id).to_dict()
 
         with pytest.raises(WrongKind) as info:
-            h.engine.answer(approval.pending_id, "yes", REVIEWER)
+            h.engine.answer(approval.pending_id, Reply("yes"), REVIEWER)
         assert f"POST /pending-approvals/{approval.pending_id}/resolve" in str(info.value)
-        for decision in ("approve", "deny"):
+        for verdict in (Approval(), Denial()):
             with pytest.raises(WrongKind) as info:
-                h.engine.resolve(question.pending_id, decision, REVIEWER)
+                h.engine.resolve(question.pending_id, verdict, REVIEWER)
             assert f"POST /pending-questions/{question.pending_id}/answer" in str(info.value)
         assert checkpoint(h, out.turn_id).to_dict() == before
         assert calls.count("issue_refund") == 0
 
-        assert h.engine.answer(question.pending_id, "yes", REVIEWER).outstanding == 1
+        assert h.engine.answer(question.pending_id, Reply("yes"), REVIEWER).outstanding == 1
         assert turn(h, out.turn_id).status is TurnStatus.PAUSED
-        h.engine.resolve(approval.pending_id, "approve", REVIEWER)
+        h.engine.resolve(approval.pending_id, Approval(), REVIEWER)
 
         msgs = assert_protocol(h, out.session_id)
         answered = results(msgs[2])
@@ -228,12 +229,12 @@ def test_denying_the_approval_of_a_mixed_batch_skips_the_question() -> None:
         approval = next(p for p in out.pending if p.kind == "approval")
         question = next(p for p in out.pending if p.kind == "question")
 
-        h.engine.resolve(approval.pending_id, "deny", REVIEWER)
+        h.engine.resolve(approval.pending_id, Denial(), REVIEWER)
 
         answered = results(assert_protocol(h, out.session_id)[2])
         assert answered["r1"]["status"] == "denied"
         assert answered["q1"]["status"] == "skipped"
-        assert h.engine.answer(question.pending_id, "too late", REVIEWER).already_resolved
+        assert h.engine.answer(question.pending_id, Reply("too late"), REVIEWER).already_resolved
         assert turn(h, out.turn_id).stop_reason is StopReason.DENIED
 
 
@@ -253,7 +254,7 @@ def test_a_resumed_turn_pauses_again_on_a_new_approval() -> None:
         out = h.engine.send_message("shop", "refund twice")
         first_cp = turn(h, out.turn_id).checkpoint_id
 
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
 
         again = h.engine.outcome(out.turn_id)
         assert again.status is TurnStatus.PAUSED
@@ -270,7 +271,7 @@ def test_a_resumed_turn_pauses_again_on_a_new_approval() -> None:
         assert len(h.notifier.events("approval")) == 2
         assert h.notifier.events("run_finish") == []  # pauses are not finishes
 
-        h.engine.resolve(item.pending_id, "approve", REVIEWER)
+        h.engine.resolve(item.pending_id, Approval(), REVIEWER)
 
         assert calls.count("issue_refund") == 2
         msgs = assert_protocol(h, out.session_id)
@@ -295,8 +296,8 @@ def test_argshash_mismatch_decides_nothing() -> None:
         (item,) = out.pending
         before = checkpoint(h, out.turn_id).to_dict()
         with pytest.raises(Conflict):
-            h.engine.resolve(item.pending_id, "approve", REVIEWER, args_hash="sha256:" + "0" * 32)
+            h.engine.resolve(item.pending_id, Approval(args_hash="sha256:" + "0" * 32), REVIEWER)
         assert checkpoint(h, out.turn_id).to_dict() == before
         assert calls.count("issue_refund") == 0
-        h.engine.resolve(item.pending_id, "approve", REVIEWER, args_hash=item.args_hash)
+        h.engine.resolve(item.pending_id, Approval(args_hash=item.args_hash), REVIEWER)
         assert calls.count("issue_refund") == 1

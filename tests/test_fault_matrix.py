@@ -33,6 +33,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker.compaction import SUMMARY_SYSTEM
 from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import check_protocol
 from loopengine.domain.tokens.context_window import ContextPolicy
 from loopengine.domain.turns import StopReason, TurnStatus
@@ -174,7 +175,7 @@ def _run(stores: Stores, clock: FakeClock, killer: Killer, big: bool = False) ->
             if out.status is TurnStatus.PAUSED and out.pending:
                 for item in out.pending:
                     try:
-                        engine.resolve(item.pending_id, "approve", REVIEWER)
+                        engine.resolve(item.pending_id, Approval(), REVIEWER)
                     except Crash:
                         how.append("click died; clicked again")
                 continue

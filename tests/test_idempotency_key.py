@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from loopengine.domain.decisions import Approval
 from loopengine.http import api
 from tests.edge_support import STORES, Edge, installed, message_event
 from tests.handler_support import call as http
@@ -54,7 +55,7 @@ def test_a_retry_answers_the_first_turn_and_writes_nothing(edge: Edge) -> None:
 
 def test_a_retry_after_the_turn_moved_on_answers_its_current_state(edge: Edge) -> None:
     status, paused = send({"message": "refund A-1001"})
-    edge.engine.resolve(paused["pendingItems"][0]["pendingId"], "approve", _operator())
+    edge.engine.resolve(paused["pendingItems"][0]["pendingId"], Approval(), _operator())
     assert edge.calls.count("issue_refund") == 1
 
     status, again = send({"message": "refund A-1001"})

@@ -24,6 +24,7 @@ from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import args_hash
 from loopengine.bootstrap import build_engine
 from loopengine.domain.base.errors import AgentUnavailable, Conflict, Forbidden, InvalidInput
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api
 from loopengine.http.functions import resume
@@ -103,13 +104,13 @@ def test_lookup_runs_charge_waits_and_an_approval_runs_it_once(
     assert item.args_hash == args_hash("billing_charge", CHARGE)
 
     with pytest.raises(Conflict):  # the approval binds to server, tool and arguments
-        engine.resolve(item.pending_id, "approve", ALICE, args_hash=args_hash("charge", CHARGE))
+        engine.resolve(item.pending_id, Approval(args_hash=args_hash("charge", CHARGE)), ALICE)
     assert billing.count("charge") == 0
 
-    engine.resolve(item.pending_id, "approve", ALICE, args_hash=item.args_hash)
+    engine.resolve(item.pending_id, Approval(args_hash=item.args_hash), ALICE)
     assert billing.executed[-1] == ("charge", CHARGE)
     assert answer(engine, paused.turn_id)["charge_id"] == "ch_2"
-    assert engine.resolve(item.pending_id, "approve", ALICE).already_resolved
+    assert engine.resolve(item.pending_id, Approval(), ALICE).already_resolved
     assert billing.count("charge") == 1 and billing.methods.count("tools/call") == 2
     decided = [e for e in engine.audit(paused.turn_id) if e.get("decidedBy") == "user:alice"]
     assert decided, engine.audit(paused.turn_id)
@@ -118,7 +119,7 @@ def test_lookup_runs_charge_waits_and_an_approval_runs_it_once(
 def test_a_denied_call_never_reaches_the_server(agents: Path, billing: BillingServer, make: Make) -> None:
     engine = make(agents)
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
-    engine.resolve(paused.pending[0].pending_id, "deny", ALICE, comment="not today")
+    engine.resolve(paused.pending[0].pending_id, Denial(comment="not today"), ALICE)
     out = engine.outcome(paused.turn_id)
     assert (out.status, out.stop_reason) == (TurnStatus.FINISHED, StopReason.DENIED)
     assert billing.count("charge") == 0 and "tools/call" not in billing.methods
@@ -131,11 +132,11 @@ def test_edited_arguments_are_checked_against_the_servers_schema(
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
     pending = paused.pending[0].pending_id
     with pytest.raises(InvalidInput, match="amount"):
-        engine.resolve(pending, "approve", ALICE, edited_args={"amount": "lots", "currency": "USD"})
+        engine.resolve(pending, Approval(edited_args={"amount": "lots", "currency": "USD"}), ALICE)
     with pytest.raises(InvalidInput, match="currency"):
-        engine.resolve(pending, "approve", ALICE, edited_args={"amount": 3})
+        engine.resolve(pending, Approval(edited_args={"amount": 3}), ALICE)
     assert billing.count("charge") == 0
-    engine.resolve(pending, "approve", ALICE, edited_args={"amount": 3, "currency": "EUR"})
+    engine.resolve(pending, Approval(edited_args={"amount": 3, "currency": "EUR"}), ALICE)
     assert billing.executed == [("charge", {"amount": 3.0, "currency": "EUR"})]
     assert answer(engine, paused.turn_id)["reviewer_edited_args"] == {"amount": 3, "currency": "EUR"}
 
@@ -149,9 +150,9 @@ def test_approvers_of_a_rule_apply_to_an_mcp_tool(tmp_path: Path, billing: Billi
     engine = make(tmp_path / "agents")
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
     with pytest.raises(Forbidden):
-        engine.resolve(paused.pending[0].pending_id, "approve", ALICE)
+        engine.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     assert billing.count("charge") == 0
-    engine.resolve(paused.pending[0].pending_id, "approve", BOB)
+    engine.resolve(paused.pending[0].pending_id, Approval(), BOB)
     assert billing.count("charge") == 1
 
 
@@ -178,7 +179,7 @@ def test_a_server_down_at_call_time_is_a_recorded_not_run(
     engine = make(agents)
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
     billing.stop()
-    engine.resolve(paused.pending[0].pending_id, "approve", ALICE)
+    engine.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     out = engine.outcome(paused.turn_id)
     assert (out.status, out.stop_reason, out.pending) == (TurnStatus.FINISHED, StopReason.END_TURN, [])
     assert "billing server unreachable: not run" in answer(engine, paused.turn_id)["error"]
@@ -194,7 +195,7 @@ def test_a_tool_changed_while_the_turn_waited_is_not_run(
     engine = make(agents)
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
     billing.change_charge()
-    engine.resolve(paused.pending[0].pending_id, "approve", ALICE)
+    engine.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     said = answer(engine, paused.turn_id)["error"]
     assert "the billing server's charge tool changed since this turn started; not run" in said
     assert outcomes(engine, paused.turn_id) == ["error"] and billing.executed == []
@@ -214,7 +215,7 @@ def test_a_call_sent_with_no_answer_is_unknown_and_never_sent_again(
     assert engine.rt.agents.get("billing-desk").timeout_of("billing_charge") == 1 + GRACE
     billing.delay = 3.0
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
-    engine.resolve(paused.pending[0].pending_id, "approve", ALICE)
+    engine.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     said = answer(engine, paused.turn_id)
     assert said["status"] == "unknown" and "no answer came back" in said["reason"]
     assert outcomes(engine, paused.turn_id) == ["unknown"]
@@ -241,7 +242,7 @@ def test_the_pinned_tools_survive_a_restart_without_a_new_listing(
     write_billing_agent(agents, "http://127.0.0.1:9/mcp")
     second = make(agents)
     seen = len(billing.methods)
-    second.resolve(paused.pending[0].pending_id, "approve", ALICE)
+    second.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     assert answer(second, paused.turn_id)["charge_id"] == "ch_1"
     assert billing.methods[seen:].count("tools/list") == 1, (
         "listed once: the pin's check in the call's session"
@@ -266,7 +267,7 @@ def test_the_header_secret_stays_out_of_logs_audit_and_storage(
     caplog.set_level(logging.DEBUG)
     engine = make(agents)
     paused = engine.send_message("billing-desk", "charge 12.5 USD")
-    engine.resolve(paused.pending[0].pending_id, "approve", ALICE)
+    engine.resolve(paused.pending[0].pending_id, Approval(), ALICE)
     assert billing.count("charge") == 1 and billing.refused == 0  # the token reached the server
     with pytest.raises(AgentUnavailable) as wrong:
         make(agents, BILLING_TOKEN="Bearer wrong-token-4d1c9e7a").send_message("billing-desk", "lookup A-1")

@@ -31,6 +31,7 @@ from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import args_hash
 from loopengine.bootstrap import build_engine
 from loopengine.domain.base.errors import AgentUnavailable, InvalidInput
+from loopengine.domain.decisions import Approval
 from loopengine.domain.turns import TurnStatus
 from tests.agent_folders import write_agent
 from tests.dev_support import DevProcess, admin_env, free_port, request
@@ -191,9 +192,9 @@ def test_the_time_server_from_pypi_answers_under_the_rules(make: Make) -> None:
     assert snapshot["mcp_servers"][0]["command"] == ["mcp-server-time", "--local-timezone", "UTC"]
 
     with pytest.raises(InvalidInput, match="target_timezone"):  # an edit is checked against the listing
-        engine.resolve(item.pending_id, "approve", ALICE, edited_args={"source_timezone": "UTC", "time": "1"})
+        engine.resolve(item.pending_id, Approval(edited_args={"source_timezone": "UTC", "time": "1"}), ALICE)
     edited = {**args, "target_timezone": "Asia/Kolkata"}
-    engine.resolve(item.pending_id, "approve", ALICE, edited_args=edited)
+    engine.resolve(item.pending_id, Approval(edited_args=edited), ALICE)
     said = answer(engine, paused.turn_id)
     assert said["reviewer_edited_args"] == edited
     converted = said["result"]
@@ -213,7 +214,7 @@ def test_a_server_that_crashes_mid_call_leaves_it_unknown_and_the_next_call_rest
     b = engine.send_message("till", "charge 3 EUR")
     (tmp_path / "crash").touch()
 
-    engine.resolve(a.pending[0].pending_id, "approve", ALICE)
+    engine.resolve(a.pending[0].pending_id, Approval(), ALICE)
     said = answer(engine, a.turn_id)
     assert said["status"] == "unknown" and "no answer came back" in said["reason"], said
     assert [c.outcome for c in engine.rt.stores.turns.calls(a.turn_id).values()] == ["unknown"]
@@ -221,7 +222,7 @@ def test_a_server_that_crashes_mid_call_leaves_it_unknown_and_the_next_call_rest
     engine.resume(a.turn_id)  # nothing re-sends it
     assert executions(tmp_path) == [(first["pid"], "whoami"), (first["pid"], "charge")]
 
-    engine.resolve(b.pending[0].pending_id, "approve", ALICE)  # started again by this call
+    engine.resolve(b.pending[0].pending_id, Approval(), ALICE)  # started again by this call
     charged = answer(engine, b.turn_id)
     assert charged["charged"] == 3.0 and charged["pid"] != first["pid"]
     assert executions(tmp_path)[2:] == [(charged["pid"], "charge")]

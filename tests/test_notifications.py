@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain import notifications
+from loopengine.domain.decisions import Approval, Reply
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
 from tests.scenario import scenario
@@ -39,9 +40,9 @@ def test_every_document_a_turn_sends_is_valid_and_parses_back() -> None:
     )
     with scenario(shop, model=model) as h:
         out = h.engine.send_message("shop", "refund please")
-        h.engine.answer(out.pending[0].pending_id, "A-1", REVIEWER)
+        h.engine.answer(out.pending[0].pending_id, Reply("A-1"), REVIEWER)
         [pending] = h.engine.outcome(out.turn_id).pending
-        h.engine.resolve(pending.pending_id, "approve", REVIEWER)
+        h.engine.resolve(pending.pending_id, Approval(), REVIEWER)
         sent = list(h.notifier.sent)
     assert [n.event for n in sent] == [
         "run_start",

@@ -34,6 +34,7 @@ from loopengine.channels.signing import signature_header, verify_webhook
 from loopengine.domain import outbox
 from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.base.errors import AgentUnavailable
+from loopengine.domain.decisions import Approval, Reply
 from tests.agent_folders import AGENT_YAML, write_agent
 from tests.contract.conftest import make_dynamodb, make_sqlite
 
@@ -211,14 +212,14 @@ def test_each_target_gets_the_events_and_tools_it_takes(kind: str, tmp_path: Pat
             same = [b for b in hooks.at("/all", "approval") if b["pendingId"] == refund.pending_id]
             assert [b["eventId"] for b in same] == [approval["eventId"]]  # one event, one eventId
 
-            e.resolve(refund.pending_id, "approve", OPS)
-            e.resolve(lookup.pending_id, "approve", OPS)
+            e.resolve(refund.pending_id, Approval(), OPS)
+            e.resolve(lookup.pending_id, Approval(), OPS)
             [question] = e.outcome(out.turn_id).pending
             [asked] = hooks.at("/support")
             assert (asked["event"], asked["pendingId"]) == ("question", question.pending_id)
             assert len(hooks.at("/finance")) == 1  # questions are system_ask_user's: not refund's
 
-            e.answer(question.pending_id, "A-1", OPS)
+            e.answer(question.pending_id, Reply("A-1"), OPS)
             assert [b["event"] for b in hooks.at("/all")][-1] == "run_finish"
             assert hooks.at("/all", "run_finish")[0]["text"] == "all done"
             assert len(hooks.at("/finance")) == 1 and len(hooks.at("/support")) == 1
@@ -284,9 +285,9 @@ def test_a_target_added_after_the_pause_gets_only_new_turns(kind: str, tmp_path:
             shop(tmp_path, target(hooks, "/new"), target(hooks, "/old"))  # edited while it waits: t0 is /new
 
             for item in paused.pending:
-                e.resolve(item.pending_id, "approve", OPS)
+                e.resolve(item.pending_id, Approval(), OPS)
             [question] = e.outcome(paused.turn_id).pending
-            e.answer(question.pending_id, "A-1", OPS)
+            e.answer(question.pending_id, Reply("A-1"), OPS)
 
             old = [b["event"] for b in hooks.at("/old")]
             assert old == [

@@ -39,6 +39,7 @@ from loopengine.channels.signing import RejectReason, WebhookVerificationError
 from loopengine.domain import outbox
 from loopengine.domain.base.clock import FakeClock
 from loopengine.domain.base.errors import ConfigError, DeliveryError
+from loopengine.domain.decisions import Approval
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.sqlite import open_sqlite_stores
@@ -175,7 +176,7 @@ def test_events_choose_what_is_pushed(tmp_path: Path, server: RedisServer) -> No
         assert out.status is TurnStatus.PAUSED
         assert reader(server).llen(KEY) == 0  # an approval is not among the events; nor is run_start
         assert audit(engine, out.turn_id, "notified") == []
-        engine.resolve(out.pending[0].pending_id, "approve", _decider())
+        engine.resolve(out.pending[0].pending_id, Approval(), _decider())
         [raw] = reader(server).lrange(KEY, 0, -1)
         finished = json.loads(raw)
         assert (finished["event"], finished["stopReason"], finished["text"]) == (

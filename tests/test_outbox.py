@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loopengine.app.request.resolution import Decider
 from loopengine.domain import outbox
+from loopengine.domain.decisions import Approval
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
 from tests.scenario import events, scenario
@@ -35,7 +36,7 @@ def test_a_receiver_that_is_down_gets_the_approval_later_with_the_same_event_id(
         h.clock.advance(outbox.MAX_BACKOFF_SECONDS)
         h.engine.sweep()
         assert len(h.notifier.events("approval")) == 1  # delivered: never sent again
-        assert h.engine.resolve(note["pendingId"], "approve", Decider("ops")).completed
+        assert h.engine.resolve(note["pendingId"], Approval(), Decider("ops")).completed
         assert calls.count("refund") == 1
 
 

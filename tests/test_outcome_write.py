@@ -16,6 +16,7 @@ from loopengine.app.ports import Change
 from loopengine.app.request.resolution import Decider
 from loopengine.app.worker import batch
 from loopengine.domain.base.errors import StoreError
+from loopengine.domain.decisions import Approval
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, Harness, agent
@@ -62,7 +63,7 @@ def test_a_throttled_outcome_write_keeps_the_real_outcome(times: int) -> None:
         out = h.engine.send_message("shop", "refund please")  # the allowed lookup's write is throttled
         assert out.status is TurnStatus.PAUSED
         throttle.left = times  # and the approved refund's, in the worker
-        h.engine.resolve(out.pending[0].pending_id, "approve", REVIEWER)
+        h.engine.resolve(out.pending[0].pending_id, Approval(), REVIEWER)
         assert throttle.fired == 2 * times  # both outcome writes were refused that often
 
         done = turn(h, out.turn_id)

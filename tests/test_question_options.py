@@ -18,6 +18,7 @@ from loopengine import Principal
 from loopengine.authoring.tools import ASK_USER, ASK_USER_SPEC
 from loopengine.channels.inbox import csrf
 from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.decisions import Reply
 from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
@@ -74,7 +75,7 @@ def test_a_question_without_options_takes_any_answer_and_the_library_refuses_ali
 
     h2, pending_id = asking(install_harness)
     with pytest.raises(InvalidInput, match="refund"):
-        h2.engine.answer(pending_id, "something else", Principal("ops@example.com"))
+        h2.engine.answer(pending_id, Reply("something else"), Principal("ops@example.com"))
 
 
 def test_the_ask_tool_lets_the_model_allow_free_text() -> None:

@@ -32,6 +32,7 @@ from loopengine.app.ports import ModelRequest
 from loopengine.client import Client
 from loopengine.domain.base.clock import FakeClock, SystemClock
 from loopengine.domain.base.errors import FatalModelError, RetryableModelError
+from loopengine.domain.decisions import Denial
 from loopengine.domain.messages import Message, TextBlock, ToolUseBlock
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason
@@ -286,7 +287,7 @@ def test_follow_from_a_cursor_skips_what_was_seen_and_stops_at_a_pause(
     assert "".join(e["text"] for e in everything if e["type"] == "text:delta") == "A refund needs a human."
     cursor = everything[-1]["seq"]
     assert list(follow(h.engine, out.turn_id, after=cursor, timeout=0.3)) == []  # nothing new, no stale text
-    h.engine.resolve(out.pending[0].pending_id, "deny", Principal("ann"))
+    h.engine.resolve(out.pending[0].pending_id, Denial(), Principal("ann"))
     later = list(follow(h.engine, out.turn_id, after=cursor, timeout=5))
     assert later[0]["type"] == "decided" and "finished" in [e["type"] for e in later]
 

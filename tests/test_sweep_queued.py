@@ -20,6 +20,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.app.runtime import Runtime
 from loopengine.app.worker import sweep
 from loopengine.domain.base.clock import FakeClock
+from loopengine.domain.decisions import Approval
 from loopengine.domain.turns import TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import open_dynamodb_stores
@@ -63,7 +64,7 @@ def test_blocked_queued_turns_do_not_starve_a_lost_resume(store: str, tmp_path: 
             queued.append(engine.send_message("q", "later", session_id=f"parked-{i}").turn_id)
         clock.advance(1)
         victim = engine.send_message("q", "go", session_id="victim")
-        engine.resolve(victim.pending[0].pending_id, "approve", Decider("alice"))
+        engine.resolve(victim.pending[0].pending_id, Approval(), Decider("alice"))
         invoker.invoked.clear()  # the resume invoke was lost: only the sweep can find the turn
 
         clock.advance(rt.handoff_grace + 1)
@@ -79,7 +80,7 @@ def test_blocked_queued_turns_do_not_starve_a_lost_resume(store: str, tmp_path: 
         for i in range(PAGE):  # the queued ones still start once their sessions free up
             parked = stores.turns.session_turns(f"parked-{i}")[0]
             [item] = engine.outcome(parked.turn_id).pending
-            engine.resolve(item.pending_id, "approve", Decider("alice"))
+            engine.resolve(item.pending_id, Approval(), Decider("alice"))
         while invoker.invoked:
             engine.resume(invoker.invoked.pop(0))
         assert [engine.turn(t).status for t in queued] == [TurnStatus.FINISHED] * PAGE  # they ran

@@ -25,6 +25,7 @@ from loopengine.authoring.context import DEFAULT_TOOL_TIMEOUT, ToolCancelled, id
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.authoring.tools import context_parameter
 from loopengine.domain.base.errors import AgentUnavailable
+from loopengine.domain.decisions import Approval
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api
@@ -141,7 +142,7 @@ def test_an_approval_without_an_edit_names_no_editor(install_harness: Build) -> 
     seen = Seen()
     h = install_harness(agent("shop", [seen.tool()], ASK), model=charge_script())
     out = h.engine.send_message("shop", "go")
-    h.engine.resolve(out.pending[0].pending_id, "approve", Principal("user:alice", "user"))
+    h.engine.resolve(out.pending[0].pending_id, Approval(), Principal("user:alice", "user"))
     [ctx] = seen.contexts
     assert (ctx.decided_by, ctx.edited_by, ctx.proposed_args) == ("user:alice", None, None)
 
@@ -173,7 +174,7 @@ def test_the_key_is_the_same_in_the_process_that_resumes_the_turn(tmp_path: Path
         [item] = out.pending
         expected = ToolContext.key_for("acme", out.turn_id, item.tool_use_id)
     with opened(db, agent("shop", [second.tool()], ASK), model=charge_script(), inline=False) as b:
-        b.engine.resolve(item.pending_id, "approve", OPERATOR)
+        b.engine.resolve(item.pending_id, Approval(), OPERATOR)
         b.deliver_resumes()
         assert b.engine.outcome(out.turn_id).status is TurnStatus.FINISHED
     assert first.contexts == [] and [c.idempotency_key for c in second.contexts] == [expected]

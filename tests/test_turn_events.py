@@ -17,6 +17,7 @@ import pytest
 
 from loopengine.authoring.registry import AgentRegistry
 from loopengine.domain.base.errors import NotFound
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.principals import Principal
 from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -72,7 +73,7 @@ def test_after_and_next_page_through_the_events_and_seq_is_stable(h: Harness) ->
     out = h.engine.send_message("shop", "refund me")
     first, cursor, _ = h.engine.events(out.turn_id)
     assert h.engine.events(out.turn_id, after=cursor) == ([], cursor, False)
-    h.engine.resolve(_pending(h, out.turn_id), "approve", Principal("ann"))  # runs on to the chained pause
+    h.engine.resolve(_pending(h, out.turn_id), Approval(), Principal("ann"))  # runs on to the chained pause
     later, cursor2, _ = h.engine.events(out.turn_id, after=cursor)
     assert later[0]["seq"] == cursor + 1 and cursor2 == later[-1]["seq"]
     assert later[0]["type"] == "decided" and "approval:pending" in [e["type"] for e in later]
@@ -89,7 +90,7 @@ def test_a_long_poll_returns_as_soon_as_an_event_arrives(h: Harness) -> None:
     def sleep(seconds: float) -> None:  # stands in for the real pause: a decision arrives meanwhile
         pauses.append(seconds)
         if len(pauses) == 2:
-            h.engine.resolve(_pending(h, out.turn_id), "deny", Principal("ann"), comment="no")
+            h.engine.resolve(_pending(h, out.turn_id), Denial(comment="no"), Principal("ann"))
 
     h.engine.sleep = sleep
     found, _, _ = h.engine.events(out.turn_id, after=cursor, wait=25)
@@ -111,7 +112,7 @@ def test_a_long_poll_with_nothing_new_waits_the_whole_window_then_returns_empty(
 
 def test_a_finished_turn_answers_at_once_and_says_so(h: Harness) -> None:
     out = h.engine.send_message("shop", "refund me")
-    h.engine.resolve(_pending(h, out.turn_id), "deny", Principal("ann"))
+    h.engine.resolve(_pending(h, out.turn_id), Denial(), Principal("ann"))
     h.engine.sleep = lambda _s: pytest.fail("a finished turn has nothing to wait for")
     events, cursor, finished = h.engine.events(out.turn_id, after=10_000, wait=25)
     assert (events, cursor, finished) == ([], 10_000, True)
@@ -221,7 +222,7 @@ def test_a_live_pause_decided_inline_within_the_window_is_never_notified(live: H
     live.engine.sweep()
     assert live.notifier.events("approval") == []  # not due yet
     pending_id = _pending(live, out.turn_id)
-    live.engine.resolve(pending_id, "approve", Principal("ann", "live"))
+    live.engine.resolve(pending_id, Approval(), Principal("ann", "live"))
     live.clock.advance(10)  # the first window closes; the chained pause has a window of its own
     live.engine.sweep()
     assert pending_id not in [p["pendingId"] for p in live.notifier.events("approval")]

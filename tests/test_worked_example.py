@@ -17,6 +17,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.app.worker.loop import merged
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.messages import Message
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
@@ -116,7 +117,7 @@ def test_both_approved_in_either_order(h: Harness, calls: Calls, model: Scripted
     turn_id, sid, pending = start(h)
     second = "t4" if first == "t3" else "t3"
 
-    res = h.engine.resolve(pending[first].pending_id, "approve", ALICE)
+    res = h.engine.resolve(pending[first].pending_id, Approval(), ALICE)
 
     # the turn stays paused: nothing appended, model not called again
     assert not res.already_resolved
@@ -130,7 +131,7 @@ def test_both_approved_in_either_order(h: Harness, calls: Calls, model: Scripted
     assert [i.tool_use_id for i in cp.outstanding.values()] == [second]
     assert h.engine.outcome(turn_id).pending == [pending[second]]
 
-    res = h.engine.resolve(pending[second].pending_id, "approve", BOB)
+    res = h.engine.resolve(pending[second].pending_id, Approval(), BOB)
 
     assert res.outstanding == 0
     assert res.completed and not res.denied
@@ -172,7 +173,7 @@ def test_one_denied_skips_the_untouched_sibling(
     turn_id, sid, pending = start(h)
     sibling = "t4" if denied == "t3" else "t3"
 
-    res = h.engine.resolve(pending[denied].pending_id, "deny", ALICE, comment="too expensive")
+    res = h.engine.resolve(pending[denied].pending_id, Denial(comment="too expensive"), ALICE)
 
     assert res.denied and res.completed and res.outstanding == 0
     # the sibling's tool never ran; the deny ran nothing either
@@ -202,12 +203,12 @@ def test_one_denied_skips_the_untouched_sibling(
 
     # late clicks on the closed checkpoint: no-ops
     before_cp, before_events = cp.to_dict(), len(h.rt.stores.turns.events(turn_id))
-    for pid, decision in (
-        (pending[sibling].pending_id, "approve"),
-        (pending[sibling].pending_id, "deny"),
-        (pending[denied].pending_id, "approve"),
+    for pid, verdict in (
+        (pending[sibling].pending_id, Approval()),
+        (pending[sibling].pending_id, Denial()),
+        (pending[denied].pending_id, Approval()),
     ):
-        late = h.engine.resolve(pid, decision, BOB)
+        late = h.engine.resolve(pid, verdict, BOB)
         assert late.already_resolved
     assert calls.count("issue_refund") == calls.count("cancel_order") == 0
     assert history(h, sid) == msgs
@@ -227,9 +228,9 @@ def test_approve_then_deny_runs_the_approved_call_and_skips_only_what_was_still_
     """
     turn_id, sid, pending = start(h)
 
-    h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
+    h.engine.resolve(pending["t3"].pending_id, Approval(), ALICE)
     assert calls.count("issue_refund") == 0  # recorded; nothing runs before the batch closes
-    res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
+    res = h.engine.resolve(pending["t4"].pending_id, Denial(), BOB)
 
     assert res.denied
     assert calls.count("issue_refund") == 1
@@ -247,19 +248,19 @@ def test_approve_then_deny_runs_the_approved_call_and_skips_only_what_was_still_
     ran = [e for e in events(h, turn_id, "tool_outcome") if e["tool"] == "issue_refund"]
     assert [e["outcome"] for e in ran] == ["ok"]
     # a late click on the approved item changes nothing and runs nothing again
-    assert h.engine.resolve(pending["t3"].pending_id, "approve", ALICE).already_resolved
+    assert h.engine.resolve(pending["t3"].pending_id, Approval(), ALICE).already_resolved
     assert calls.count("issue_refund") == 1
 
 
 def test_late_click_after_both_approved(h: Harness, calls: Calls, model: ScriptedModel) -> None:
     turn_id, sid, pending = start(h)
     for item in pending.values():
-        h.engine.resolve(item.pending_id, "approve", ALICE)
+        h.engine.resolve(item.pending_id, Approval(), ALICE)
     before = history(h, sid)
 
     for item in pending.values():
-        assert h.engine.resolve(item.pending_id, "approve", ALICE).already_resolved
-        assert h.engine.resolve(item.pending_id, "deny", ALICE).already_resolved
+        assert h.engine.resolve(item.pending_id, Approval(), ALICE).already_resolved
+        assert h.engine.resolve(item.pending_id, Denial(), ALICE).already_resolved
 
     assert calls.count("issue_refund") == calls.count("cancel_order") == 1
     assert history(h, sid) == before
@@ -271,9 +272,9 @@ def test_unknown_pending_id_is_already_resolved(h: Harness, calls: Calls) -> Non
     turn_id, sid, _ = start(h)
     cp_before = checkpoint(h, turn_id).to_dict()
 
-    assert h.engine.resolve("pnd_does_not_exist", "approve", ALICE).already_resolved
-    assert h.engine.resolve("pnd_does_not_exist", "deny", ALICE).already_resolved
-    assert h.engine.answer("pnd_does_not_exist", "yes", ALICE).already_resolved
+    assert h.engine.resolve("pnd_does_not_exist", Approval(), ALICE).already_resolved
+    assert h.engine.resolve("pnd_does_not_exist", Denial(), ALICE).already_resolved
+    assert h.engine.answer("pnd_does_not_exist", Reply("yes"), ALICE).already_resolved
 
     assert checkpoint(h, turn_id).to_dict() == cp_before
     assert calls.count("issue_refund") == calls.count("cancel_order") == 0
@@ -290,7 +291,7 @@ def test_the_user_can_write_again_after_a_denial(calls: Calls) -> None:
     cfg = agent("shop", [calls.tool("lookup_order"), calls.tool("issue_refund")], {"rules": []})
     with scenario(cfg, model=model) as h:
         out = h.engine.send_message("shop", "refund please")
-        h.engine.resolve(out.pending[0].pending_id, "deny", ALICE)
+        h.engine.resolve(out.pending[0].pending_id, Denial(), ALICE)
         assert turn(h, out.turn_id).stop_reason is StopReason.DENIED
 
         nxt = h.engine.send_message("shop", "ok, never mind", session_id=out.session_id)
@@ -314,11 +315,12 @@ def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_work
     """
     with scenario(shop(calls), model=model, inline=False) as h:
         turn_id, _sid, pending = start(h)
-        h.engine.resolve(pending["t3"].pending_id, "approve", ALICE)
-        res = h.engine.resolve(pending["t4"].pending_id, "deny", BOB)
+        h.engine.resolve(pending["t3"].pending_id, Approval(), ALICE)
+        res = h.engine.resolve(pending["t4"].pending_id, Denial(), BOB)
 
         assert (res.denied, res.resuming, res.outstanding) == (True, True, 0)
-        assert views.resolution(res) == (
+        status, body = views.resolution(res)
+        assert (status, views.wire(body)) == (
             202,
             {"resolved": True, "outstanding": 0, "status": "resuming", "turnId": turn_id},
         )
@@ -335,7 +337,7 @@ def test_a_denial_with_nothing_approved_still_finishes_in_the_request(
 ) -> None:
     with scenario(shop(calls), model=model, inline=False) as h:
         turn_id, _sid, pending = start(h)
-        h.engine.resolve(pending["t3"].pending_id, "deny", BOB)
+        h.engine.resolve(pending["t3"].pending_id, Denial(), BOB)
 
         assert h.invoker.invoked == []
         assert turn(h, turn_id).stop_reason is StopReason.DENIED

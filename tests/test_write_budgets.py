@@ -23,6 +23,7 @@ from bench.dynamodb_requests import metered_engine, metered_stack, moto_client, 
 
 from loopengine.app.request.resolution import Decider
 from loopengine.domain.base.ids import new_id
+from loopengine.domain.decisions import Denial
 from loopengine.domain.turns import StopReason, TurnStatus
 from tests.script_support import load_script
 
@@ -232,7 +233,7 @@ def test_a_deny_is_its_own_write_and_announces_no_run() -> None:
         before = {e["type"] for e in engine.audit(out.turn_id)}
         meter.clear()
         invoker.resolve_part = None
-        res = engine.resolve(out.pending[0].pending_id, "deny", Decider("bench@example.com"))
+        res = engine.resolve(out.pending[0].pending_id, Denial(), Decider("bench@example.com"))
         spent = meter.report()
         assert invoker.resolve_part is None, "the deny invoked the worker"
         assert res.denied and res.completed and not res.resuming

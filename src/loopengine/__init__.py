@@ -39,6 +39,9 @@ _EXPORTS: dict[str, str] = {
     "Engine": "loopengine.app.engine",
     "build_engine": "loopengine.bootstrap",
     "Principal": "loopengine.domain.principals",
+    "Approval": "loopengine.domain.decisions",
+    "Denial": "loopengine.domain.decisions",
+    "Reply": "loopengine.domain.decisions",
     "AgentRegistry": "loopengine.authoring.registry",
     # the receiving side of a webhook
     "verify_webhook": "loopengine.channels.signing",
@@ -56,6 +59,9 @@ if TYPE_CHECKING:
     from loopengine.bootstrap import build_engine as build_engine
     from loopengine.channels.signing import verify_webhook as verify_webhook
     from loopengine.domain.base.ids import new_id as new_id
+    from loopengine.domain.decisions import Approval as Approval
+    from loopengine.domain.decisions import Denial as Denial
+    from loopengine.domain.decisions import Reply as Reply
     from loopengine.domain.messages import (
         Message as Message,
     )

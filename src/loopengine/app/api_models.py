@@ -1,10 +1,12 @@
 """The HTTP API's request and response bodies as pydantic models (DESIGN.md "HTTP API").
 
-One place for the wire contract: the api handler validates requests against these models, checks
-its responses against them, and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``)
-is generated from them. Field names are the wire's camelCase. Requests ignore unknown fields (a
-newer client may send more); responses list every field they carry (``additionalProperties: false``),
-so a response that drifts from its model fails the contract tests.
+One place for the wire contract: the api handler validates requests against these models (a resolve
+body becomes the typed verdict, :meth:`ResolveRequest.verdict`), its routes answer with these models
+(:mod:`loopengine.app.views` fills them from domain results) and Powertools checks and serialises them,
+and the OpenAPI document (``GET /openapi.json``, ``docs/openapi.json``) is generated from them.
+Field names are the wire's camelCase. Requests ignore unknown fields (a newer client may send more);
+responses list every field they carry (``additionalProperties: false``), so a response that drifts
+from its model fails the contract tests.
 
 pydantic only: no boto3, no Powertools (the core stays importable without them). Every model is
 built on first use (``defer_build``): a cold start validates with the few a route needs, not all of
@@ -24,6 +26,7 @@ from loopengine.domain.base.limits import (
     MAX_COMMENT_CHARS,
     MAX_MESSAGE_CHARS,
 )
+from loopengine.domain.decisions import Approval, ApprovalScope, Denial, HumanVerdict, Reply, Verdict
 
 _CLIENT_ID = rf"[A-Za-z0-9][A-Za-z0-9_.:@-]{{0,{ids.MAX_CLIENT_ID_CHARS - 1}}}"
 CLIENT_ID_PATTERN = f"^{_CLIENT_ID}$"
@@ -55,7 +58,7 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
-class Reply(BaseModel):
+class ResponseBody(BaseModel):
     """A response body: exactly the fields listed."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -91,7 +94,7 @@ class ResolveRequest(Request):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"decision": "approve", "comment": "ok"}]})
 
-    decision: Literal["approve", "deny"]
+    decision: HumanVerdict
     editedArgs: dict[str, Any] | None = Field(
         default=None, description="approve with these arguments instead (validated against the tool's schema)"
     )
@@ -99,15 +102,27 @@ class ResolveRequest(Request):
     argsHash: str | None = Field(
         default=None, description="the argsHash the decider saw; 409 when the pending call is another"
     )
-    scope: Literal["turn"] | None = Field(
+    scope: ApprovalScope | None = Field(
         default=None, description='"turn": later calls of this tool in the turn run without asking'
     )
+
+    def verdict(self) -> Verdict:
+        """The typed verdict this body asks for (a deny keeps only its comment and argsHash)."""
+        if self.decision == "deny":
+            return Denial(comment=self.comment, args_hash=self.argsHash)
+        return Approval(
+            edited_args=self.editedArgs, comment=self.comment, args_hash=self.argsHash, scope=self.scope
+        )
 
 
 class AnswerRequest(Request):
     """``POST /pending-questions/{pendingId}/answer``."""
 
     answer: str = Field(min_length=1, max_length=MAX_ANSWER_CHARS, pattern=NOT_BLANK)
+
+    def reply(self) -> Reply:
+        """The typed answer."""
+        return Reply(self.answer)
 
 
 # -- responses --------------------------------------------------------------------------------------
@@ -124,9 +139,11 @@ StopReasonName = Literal[
     "max_iterations",
     "token_allowance",
 ]
+WorkingStatus = Literal["running", "retrying", "queued"]
+TurnStatusName = Literal["running", "retrying", "paused", "queued", "finished"]
 
 
-class PendingItem(Reply):
+class PendingItem(ResponseBody):
     """One entry of ``pendingItems``."""
 
     pendingId: str
@@ -147,13 +164,13 @@ class ListedItem(PendingItem):
     createdAt: float
 
 
-class PendingList(Reply):
+class PendingList(ResponseBody):
     """``GET /pending-approvals``."""
 
     items: list[ListedItem]
 
 
-class Finished(Reply):
+class Finished(ResponseBody):
     """The turn finished within the request."""
 
     status: Literal["finished"]
@@ -163,7 +180,7 @@ class Finished(Reply):
     text: str | None
 
 
-class Paused(Reply):
+class Paused(ResponseBody):
     """The turn paused for a human."""
 
     status: Literal["paused"]
@@ -174,13 +191,13 @@ class Paused(Reply):
     pendingItems: list[PendingItem]
 
 
-class Working(Reply):
+class Working(ResponseBody):
     """Still working past the request's time budget.
 
     Or queued behind a parked turn, or waiting to retry a model call that failed transiently.
     """
 
-    status: Literal["running", "retrying", "queued"]
+    status: WorkingStatus
     turnId: str
     sessionId: str
     attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")
@@ -191,21 +208,21 @@ TurnOutcome = Finished | Paused | Working
 """What the messages route (and resolve with ``?wait``) answers."""
 
 
-class AlreadyResolved(Reply):
+class AlreadyResolved(ResponseBody):
     """A closed or unknown pendingId: nothing happened, and that is not an error."""
 
     alreadyResolved: Literal[True]
     expired: Literal[True] | SkipJsonSchema[None] = omitted("the item expired before this decision")
 
 
-class Recorded(Reply):
+class Recorded(ResponseBody):
     """Decision recorded; other items of the batch are still outstanding."""
 
     resolved: Literal[True]
     outstanding: int = Field(ge=1)
 
 
-class Resuming(Reply):
+class Resuming(ResponseBody):
     """The last outstanding item: the turn resumes."""
 
     resolved: Literal[True]
@@ -214,7 +231,7 @@ class Resuming(Reply):
     turnId: str
 
 
-class Denied(Reply):
+class Denied(ResponseBody):
     """A denial finishes the turn at once."""
 
     resolved: Literal[True]
@@ -229,7 +246,7 @@ ResolveOutcome = Resolution | TurnOutcome
 """What resolve / answer answer: the resolution, or with ``?wait`` the turn's outcome."""
 
 
-class UsageSum(Reply):
+class UsageSum(ResponseBody):
     """Token usage summed over model calls (the Messages API's four counts) and how many calls."""
 
     input_tokens: int = Field(ge=0)
@@ -239,7 +256,7 @@ class UsageSum(Reply):
     modelCalls: int = Field(ge=0)
 
 
-class DailyUsage(Reply):
+class DailyUsage(ResponseBody):
     """What one agent of one tenant used on one UTC day."""
 
     tenant: str
@@ -248,20 +265,20 @@ class DailyUsage(Reply):
     usage: UsageSum
 
 
-class UsageList(Reply):
+class UsageList(ResponseBody):
     """``GET /usage``."""
 
     items: list[DailyUsage]
 
 
-class TurnView(Reply):
+class TurnView(ResponseBody):
     """``GET /turns/{turnId}``."""
 
     turnId: str
     sessionId: str
     agent: str
     tenant: str
-    status: Literal["running", "retrying", "paused", "queued", "finished"]
+    status: TurnStatusName
     stopReason: StopReasonName | None
     text: str | SkipJsonSchema[None] = omitted("the final text, once finished")
     attempt: int | SkipJsonSchema[None] = omitted("retrying: how many model calls failed in a row")
@@ -272,7 +289,7 @@ class TurnView(Reply):
     audit: list[dict[str, Any]] = Field(description="the turn's audit events, oldest first")
 
 
-class Cancelled(Reply):
+class Cancelled(ResponseBody):
     """``POST /turns/{turnId}/cancel``: 200 when stopped, 202 while a running turn stops."""
 
     turnId: str
@@ -282,21 +299,21 @@ class Cancelled(Reply):
     note: str
 
 
-class HistoryMessage(Reply):
+class HistoryMessage(ResponseBody):
     """One message of a session, blocks in the Messages API shape."""
 
     role: Literal["user", "assistant"]
     content: list[dict[str, Any]]
 
 
-class CompactionMarker(Reply):
+class CompactionMarker(ResponseBody):
     """A compaction: messages before ``upTo`` are no longer sent to the model (the summary, if any, is)."""
 
     upTo: int = Field(ge=1)
     summary: str | SkipJsonSchema[None] = omitted("what stands in for them (strategy summarize)")
 
 
-class SessionView(Reply):
+class SessionView(ResponseBody):
     """``GET /sessions/{sessionId}``."""
 
     sessionId: str
@@ -315,7 +332,7 @@ class TurnEvent(BaseModel):
     at: float
 
 
-class TurnEvents(Reply):
+class TurnEvents(ResponseBody):
     """``GET /turns/{turnId}/events``: events after ``after``, the cursor to ask from next."""
 
     events: list[TurnEvent]
@@ -323,7 +340,7 @@ class TurnEvents(Reply):
     finished: bool = Field(description="the turn has finished: its finished event is in the list")
 
 
-class Health(Reply):
+class Health(ResponseBody):
     """``GET /health``."""
 
     status: Literal["ok"]

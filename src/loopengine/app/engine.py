@@ -1,7 +1,8 @@
 """The application service: what handlers, the dev server and the CLI call.
 
 One :class:`Engine` per process wraps a :class:`~loopengine.app.runtime.Runtime`. Methods take plain
-values and return domain results; :mod:`loopengine.app.views` turns those into the JSON of DESIGN.md.
+values and typed verdicts and return domain results; :mod:`loopengine.app.views` builds the
+replies of DESIGN.md from them.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
-from loopengine.app import outcome, turn_events, usage, views
+from loopengine.app import outcome, turn_events, usage
 from loopengine.app.follow import follow as follow_turn
 from loopengine.app.outcome import TurnOutcome
 from loopengine.app.ports import Change
@@ -32,7 +33,8 @@ from loopengine.domain.base.errors import (
 from loopengine.domain.base.ids import new_id, session_key
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.limits import MAX_MESSAGE_CHARS, MAX_WAIT_SECONDS
-from loopengine.domain.decisions import HumanVerdict
+from loopengine.domain.decisions import ApprovalScope as ApprovalScope
+from loopengine.domain.decisions import Reply, Verdict
 from loopengine.domain.idempotency import claim
 from loopengine.domain.messages import Message
 from loopengine.domain.principals import OPERATOR
@@ -40,7 +42,6 @@ from loopengine.domain.tokens.context_window import Compaction
 from loopengine.domain.tokens.metering import DailyUsage, Metered
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
 
-ApprovalScope = Literal["turn"]
 CLOSE_WAIT_SECONDS = 10.0
 """How long :meth:`Engine.close` waits for the resumes in flight by default."""
 Trigger = Literal["message", "schedule"]
@@ -139,7 +140,6 @@ class Engine:
 
     def _make_way(self, config: AgentConfig, earlier: TurnRecord, sender: Decider) -> None:
         """Apply the on_new_message policy to an unfinished turn in the way of a new message."""
-        items = [views.pending_item(p) for p in self.outcome(earlier.turn_id).pending]
         stopping = earlier.status is TurnStatus.READY and earlier.stop_requested is StopReason.SUPERSEDED
         waiting = earlier.status in (TurnStatus.PAUSED, TurnStatus.RETRYING)
         if (waiting and config.on_new_message == "supersede") or stopping:
@@ -155,6 +155,9 @@ class Engine:
                 details={"turnId": earlier.turn_id},
             )
         if earlier.status is TurnStatus.PAUSED:
+            from loopengine.app import views  # the reply models: not in a worker's cold start
+
+            items = [views.wire(views.pending_item(p)) for p in self.outcome(earlier.turn_id).pending]
             raise Conflict(
                 f"session {earlier.session_id} has a parked turn {earlier.turn_id}; "
                 "answer its pending items first (this agent's on_new_message is reject)",
@@ -166,31 +169,16 @@ class Engine:
             details={"turnId": earlier.turn_id},
         )
 
-    def resolve(
-        self,
-        pending_id: str,
-        decision: HumanVerdict,
-        decider: Decider,
-        edited_args: dict[str, Any] | None = None,
-        comment: str | None = None,
-        args_hash: str | None = None,
-        scope: ApprovalScope | None = None,
-    ) -> Resolution:
-        """Approve or deny a pending approval (``editedArgs`` are checked against the tool's schema).
+    def resolve(self, pending_id: str, verdict: Verdict, decider: Decider) -> Resolution:
+        """Decide a pending approval: an :class:`~loopengine.domain.decisions.Approval` or a ``Denial``.
 
-        The HTTP edge validates the request's shape; the cheap checks here are for library callers.
+        An approval's ``edited_args`` are checked against the tool's schema and re-gated.
         """
-        if comment is not None and not isinstance(comment, str):
-            raise InvalidInput("comment must be a string")
-        if args_hash is not None and not isinstance(args_hash, str):
-            raise InvalidInput("argsHash must be a string")
-        return resolution.resolve_approval(
-            self.rt, pending_id, decision, decider, edited_args, comment, args_hash, scope
-        )
+        return resolution.resolve_approval(self.rt, pending_id, verdict, decider)
 
-    def answer(self, pending_id: str, answer: str, decider: Decider) -> Resolution:
-        """Answer a pending question."""
-        return resolution.answer_question(self.rt, pending_id, answer, decider)
+    def answer(self, pending_id: str, reply: Reply, decider: Decider) -> Resolution:
+        """Answer a pending question with a :class:`~loopengine.domain.decisions.Reply`."""
+        return resolution.answer_question(self.rt, pending_id, reply, decider)
 
     def resume(
         self, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None
@@ -297,7 +285,12 @@ class Engine:
         self, agent: str | None = None, tenant: str | None = None, who: Decider | None = None
     ) -> list[JsonDict]:
         """Open pending items (the poll surface) of the tenants ``who`` sees: see :func:`items.open_items`."""
-        return [views.listed_item(cp, item) for cp, item in items.open_items(self.rt, agent, tenant, who)]
+        from loopengine.app import views  # the reply models: not in a worker's cold start
+
+        return [
+            views.wire(views.listed_item(cp, item))
+            for cp, item in items.open_items(self.rt, agent, tenant, who)
+        ]
 
     def history(
         self, session_id: str, who: Decider | None = None, tenant: str | None = None

@@ -214,7 +214,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from loopengine import AgentRegistry, Engine, Principal, ToolContext, build_engine
+from loopengine import AgentRegistry, Approval, Engine, Principal, ToolContext, build_engine
 
 HERE = Path(__file__).resolve().parent
 AGENT = "$name"
@@ -281,7 +281,7 @@ class Tickets(unittest.TestCase):
         [item] = out.pending
         self.assertEqual((item.tool, item.args["priority"]), ("create_ticket", "high"))
 
-        self.engine.resolve(item.pending_id, "approve", ALICE)
+        self.engine.resolve(item.pending_id, Approval(), ALICE)
 
         done = self.engine.outcome(out.turn_id)
         self.assertEqual(done.status.value, "finished")
@@ -290,7 +290,7 @@ class Tickets(unittest.TestCase):
     def test_an_edited_ticket_opens_as_edited(self) -> None:
         out = self.engine.send_message(AGENT, "Urgent: the shop is down")
         edited = {"title": "Shop down since 9:00", "priority": "high"}
-        self.engine.resolve(out.pending[0].pending_id, "approve", ALICE, edited_args=edited)
+        self.engine.resolve(out.pending[0].pending_id, Approval(edited_args=edited), ALICE)
         self.assertIn("opened ticket", self.engine.outcome(out.turn_id).text or "")
 
 
@@ -307,7 +307,7 @@ class Charges(unittest.TestCase):
         self.assertEqual((item.tool, item.args["amount_cents"]), ("charge", 1250))
         self.assertEqual(charges(self.url), [])
 
-        self.engine.resolve(item.pending_id, "approve", ALICE)
+        self.engine.resolve(item.pending_id, Approval(), ALICE)
 
         self.assertIn("I charged 12.50 USD", self.engine.outcome(out.turn_id).text or "")
         key = ToolContext.key_for("", out.turn_id, item.tool_use_id)  # what an operator computes

@@ -15,6 +15,7 @@ from loopengine.domain.base import limits
 from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
+from loopengine.http.validation import AgentQuery, TenantQuery
 
 router = Router()  # type: ignore[no-untyped-call]
 
@@ -42,16 +43,7 @@ def resolve(
     pending_id: PendingId, body: Annotated[m.ResolveRequest, Body()], wait: Wait = None
 ) -> Response[m.ResolveOutcome]:
     logger.set_correlation_id(pending_id)
-    res = root.engine().resolve(
-        pending_id,
-        body.decision,
-        auth.current(router),
-        edited_args=body.editedArgs,
-        comment=body.comment,
-        args_hash=body.argsHash,
-        scope=body.scope,
-    )
-    return _reply(res, wait)
+    return _reply(root.engine().resolve(pending_id, body.verdict(), auth.current(router)), wait)
 
 
 @router.post("/pending-questions/<pendingId>/answer", summary="Answer a pending question", responses=RESOLVED)
@@ -59,7 +51,7 @@ def answer(
     pending_id: PendingId, body: Annotated[m.AnswerRequest, Body()], wait: Wait = None
 ) -> Response[m.ResolveOutcome]:
     logger.set_correlation_id(pending_id)
-    return _reply(root.engine().answer(pending_id, body.answer, auth.current(router)), wait)
+    return _reply(root.engine().answer(pending_id, body.reply(), auth.current(router)), wait)
 
 
 @router.get(
@@ -67,14 +59,9 @@ def answer(
     summary="Open pending items of the caller's tenants (the poll surface)",
     responses=answers({200: m.PendingList}, 400, 403),
 )
-def list_pending(
-    agent: Annotated[
-        str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent's items")
-    ] = None,
-    tenant: Annotated[str | None, Query(pattern=m.TENANT_PATTERN, description="only this tenant's")] = None,
-) -> Response[m.PendingList]:
+def list_pending(agent: AgentQuery = None, tenant: TenantQuery = None) -> Response[m.PendingList]:
     items = root.engine().open_items(agent=agent, tenant=tenant, who=auth.current(router))
-    return web.reply(200, {"items": items})
+    return web.reply(200, m.PendingList.model_validate({"items": items}))
 
 
 def _reply(res: Resolution, wait: float | None) -> Response[m.ResolveOutcome]:

@@ -14,6 +14,7 @@ from loopengine.domain.base import limits
 from loopengine.http import auth, budget, root, web
 from loopengine.http.observability import logger
 from loopengine.http.openapi import answers
+from loopengine.http.validation import TenantQuery
 
 router = Router()  # type: ignore[no-untyped-call]
 
@@ -122,16 +123,7 @@ def cancel_turn(turn_id: TurnId, idempotency_key: IdempotencyKey = None) -> Resp
     summary="A session's durable history, its compactions and usage (session ids are scoped by tenant)",
     responses=answers({200: m.SessionView}, 400, 403, 404),
 )
-def get_session(
-    session_id: SessionId,
-    tenant: Annotated[
-        str | None,
-        Query(
-            pattern=m.TENANT_PATTERN,
-            description="the session's tenant (default: the caller's, as for a message)",
-        ),
-    ] = None,
-) -> Response[m.SessionView]:
+def get_session(session_id: SessionId, tenant: TenantQuery = None) -> Response[m.SessionView]:
     who, engine = auth.current(router), root.engine()
     history = engine.history(session_id, who, tenant)
     compactions, usage = engine.session_bill(session_id, who, tenant)

@@ -12,6 +12,7 @@ from loopengine.app import api_models as m
 from loopengine.app import views
 from loopengine.http import auth, root, web
 from loopengine.http.openapi import answers
+from loopengine.http.validation import AgentQuery, TenantQuery
 
 router = Router()  # type: ignore[no-untyped-call]
 
@@ -24,10 +25,8 @@ DAY_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$"
     responses=answers({200: m.UsageList}, 400, 403),
 )
 def get_usage(
-    tenant: Annotated[
-        str | None, Query(pattern=m.TENANT_PATTERN, description="only this tenant (default: the caller's)")
-    ] = None,
-    agent: Annotated[str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent")] = None,
+    tenant: TenantQuery = None,
+    agent: AgentQuery = None,
     day: Annotated[
         str | None, Query(pattern=DAY_PATTERN, description="YYYY-MM-DD, UTC (default: today)")
     ] = None,

@@ -25,7 +25,7 @@ fails on a release that drops or changes either hook, and :func:`resolver` refus
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -34,9 +34,18 @@ from aws_lambda_powertools.event_handler.middlewares.openapi_validation import (
     OpenAPIRequestValidationMiddleware,
 )
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Query
 
+from loopengine.app import api_models as m
 from loopengine.domain.base import ids
 from loopengine.http import web
+
+TenantQuery = Annotated[
+    str | None, Query(pattern=m.TENANT_PATTERN, description="the tenant to read (default: the caller's)")
+]
+"""``?tenant=``, as the routes that read a caller's tenants take it."""
+AgentQuery = Annotated[str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent's")]
+"""``?agent=``: an agent's name."""
 
 Guard = Callable[[APIGatewayHttpResolver, NextMiddleware], Response[str]]
 Step = Callable[[Any], Response[Any]]

@@ -21,6 +21,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import DEFAULT_DB, build_runtime
 from loopengine.channels.webhook.verify import ReceivedWebhook, WebhookReceiver
 from loopengine.domain.base.clock import SystemClock
+from loopengine.domain.decisions import Approval, Denial
 from loopengine.stores.sqlite import open_sqlite_stores
 
 AGENT = "customer-service"
@@ -49,7 +50,7 @@ class Transcript:
 
     def body(self, status: int, body: Any) -> None:
         """An HTTP-style answer, as the API would send it."""
-        text = json.dumps(body, indent=2, sort_keys=False)
+        text = json.dumps(views.wire(body), indent=2, sort_keys=False)
         self.detail(f"-> {status} " + text.replace("\n", "\n       "))
 
 
@@ -134,7 +135,7 @@ def _walkthrough(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
 
     t.title("2. a human approves, whenever they get to it")
     t.say(f'POST /pending-approvals/{first.pending_id}/resolve  {{"decision": "approve"}}')
-    res = engine.resolve(first.pending_id, "approve", REVIEWER)
+    res = engine.resolve(first.pending_id, Approval(), REVIEWER)
     t.body(*views.resolution(res))
     out = engine.outcome(turn_id)
     t.detail("the turn resumed from its checkpoint: " + ", ".join(_ran(engine, turn_id)[1:]))
@@ -144,7 +145,7 @@ def _walkthrough(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     second = out.pending[0]
 
     t.say(f'POST /pending-approvals/{second.pending_id}/resolve  {{"decision": "approve"}}')
-    res = engine.resolve(second.pending_id, "approve", REVIEWER)
+    res = engine.resolve(second.pending_id, Approval(), REVIEWER)
     t.body(*views.resolution(res))
     out = engine.outcome(turn_id)
     t.say("the turn finished for real")
@@ -153,7 +154,7 @@ def _walkthrough(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     t.detail(f"run_finish text: {fin.payload.get('text')!r}")
 
     t.say(f"late click on the first item again: POST /pending-approvals/{first.pending_id}/resolve")
-    late = engine.resolve(first.pending_id, "approve", REVIEWER)
+    late = engine.resolve(first.pending_id, Approval(), REVIEWER)
     t.body(*views.resolution(late))
     return _check(
         t,
@@ -181,7 +182,7 @@ def _cascade(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     comment = "Refunds over 200 USD need a manager's sign-off."
     t.say(f"deny the refund: POST /pending-approvals/{refund.pending_id}/resolve")
     t.detail(f'{{"decision": "deny", "comment": "{comment}"}}')
-    res = engine.resolve(refund.pending_id, "deny", REVIEWER, comment=comment)
+    res = engine.resolve(refund.pending_id, Denial(comment=comment), REVIEWER)
     t.body(*views.resolution(res))
     history = engine.rt.stores.sessions.load(out.session_id)
     t.detail("the batch's one tool_result message, pushed at once:")
@@ -190,7 +191,7 @@ def _cascade(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
         name = next(u.name for u in history[-2].tool_uses if u.id == block.tool_use_id)
         t.detail(f"  {name}: {status}")
     t.say(f"late click on the skipped email: POST /pending-approvals/{email.pending_id}/resolve")
-    late = engine.resolve(email.pending_id, "approve", REVIEWER)
+    late = engine.resolve(email.pending_id, Approval(), REVIEWER)
     t.body(*views.resolution(late))
     turn = engine.turn(out.turn_id)
     return _check(
@@ -223,7 +224,7 @@ def _moved_on(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     t.detail(f"its refund was recorded as {abandoned['status']}: {abandoned['reason']}")
     t.body(*views.turn_outcome(new))
     t.say(f"Monday's late click on the abandoned refund: POST /pending-approvals/{parked.pending_id}/resolve")
-    late = engine.resolve(parked.pending_id, "approve", REVIEWER)
+    late = engine.resolve(parked.pending_id, Approval(), REVIEWER)
     t.body(*views.resolution(late))
     return _check(
         t,

@@ -24,6 +24,7 @@ from loopengine.domain.base.errors import Conflict, Forbidden, InvalidInput, Not
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.schema import validate_args
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.decisions import Approval, Denial, Reply, Verdict
 from loopengine.domain.gate import Decision
 from loopengine.domain.principals import Principal
 from loopengine.domain.turns import StopReason, TurnRecord, TurnStatus
@@ -140,75 +141,83 @@ def _by(event: dict[str, Any]) -> dict[str, Any]:
     return {k: event[k] for k in ("decidedBy", "channel") if k in event}
 
 
-def resolve_approval(
-    rt: Runtime,
-    pending_id: str,
-    decision: str,
-    decider: Decider,
-    edited_args: Any = None,
-    comment: str | None = None,
-    args_hash: str | None = None,
-    scope: str | None = None,
-) -> Resolution:
+def resolve_approval(rt: Runtime, pending_id: str, verdict: Verdict, decider: Decider) -> Resolution:
     """Approve or deny one pending approval (see DESIGN.md "Resolve").
 
-    ``scope="turn"`` with an approval also lets later calls of the same tool in this turn run
+    An :class:`Approval` with ``scope="turn"`` also lets later calls of the same tool in this turn run
     without asking (never broader than the turn; rules that name approvers still ask each time).
     """
-    if decision not in ("approve", "deny"):
-        raise InvalidInput("decision must be 'approve' or 'deny'")
-    if scope not in (None, "turn"):
-        raise InvalidInput("scope must be 'turn' (or left out)")
+    if not isinstance(verdict, Approval | Denial):  # a library caller without a type checker
+        raise InvalidInput("decision must be an Approval or a Denial")
     found = _find(rt, pending_id, "approval", decider)
     if isinstance(found, Resolution):
         return found
     cp, item, turn = found
-    if args_hash is not None and args_hash != item.args_hash:
+    if verdict.args_hash is not None and verdict.args_hash != item.args_hash:
         raise Conflict("argsHash does not match the pending call: the request you saw has changed")
     if not decider.may_approve(item.approvers):
         raise Forbidden(f"{decider.id} is not among the approvers of this call")
-    now, by = rt.stores.clock.now(), decider.decided_by()
-    if decision == "deny":
-        event = rt.stamp("decided", pendingId=pending_id, decision="deny", comment=comment, **by.fields())
-        deny = lambda c, i: cps.deny(c, i, comment, by, now)  # noqa: E731
-        denied = _decide(rt, turn, cp, pending_id, deny, event, closes_as=StopReason.DENIED)
-        if denied is None:
-            return ALREADY
-        after, moved = denied
-        if moved.status is TurnStatus.FINISHED:  # closed and finished in the decision's own write
-            if moved.queued_behind:
-                start_next_queued(rt, moved.session_key)
-            return _report(rt, after, moved)
-        hand_on(rt, moved)  # approved calls still run: the worker runs them, then finishes ``denied``
-        return replace(_report(rt, after, moved), resuming=bool(after.approved))
+    if isinstance(verdict, Denial):
+        return _deny(rt, turn, cp, item, verdict, decider)
+    return _approve(rt, turn, cp, item, verdict, decider)
+
+
+def _deny(
+    rt: Runtime, turn: TurnRecord, cp: TurnCheckpoint, item: PendingItem, verdict: Denial, decider: Decider
+) -> Resolution:
+    now, by, comment = rt.stores.clock.now(), decider.decided_by(), verdict.comment
+    event = rt.stamp("decided", pendingId=item.pending_id, decision="deny", comment=comment, **by.fields())
+    deny = lambda c, i: cps.deny(c, i, comment, by, now)  # noqa: E731
+    denied = _decide(rt, turn, cp, item.pending_id, deny, event, closes_as=StopReason.DENIED)
+    if denied is None:
+        return ALREADY
+    after, moved = denied
+    if moved.status is TurnStatus.FINISHED:  # closed and finished in the decision's own write
+        if moved.queued_behind:
+            start_next_queued(rt, moved.session_key)
+        return _report(rt, after, moved)
+    hand_on(rt, moved)  # approved calls still run: the worker runs them, then finishes ``denied``
+    return replace(_report(rt, after, moved), resuming=bool(after.approved))
+
+
+def _approve(
+    rt: Runtime, turn: TurnRecord, cp: TurnCheckpoint, item: PendingItem, verdict: Approval, decider: Decider
+) -> Resolution:
+    now, by, comment = rt.stores.clock.now(), decider.decided_by(), verdict.comment
     args, edited = item.args, False
-    if edited_args is not None:
-        args, edited = _check_edit(rt.config_of(turn), item, edited_args, decider), True
+    if verdict.edited_args is not None:
+        args, edited = _check_edit(rt.config_of(turn), item, verdict.edited_args, decider), True
     event = rt.stamp(
-        "decided", pendingId=pending_id, decision="approve", edited=edited, comment=comment, **by.fields()
+        "decided",
+        pendingId=item.pending_id,
+        decision="approve",
+        edited=edited,
+        comment=comment,
+        **by.fields(),
     )
     approved = _decide(
         rt,
         turn,
         cp,
-        pending_id,
+        item.pending_id,
         lambda c, i: cps.approve(c, i, args, by, now, edited, comment),
         event,
-        sticky=item.tool if scope == "turn" else None,
+        sticky=item.tool if verdict.scope == "turn" else None,
     )
     if approved is None:
         return ALREADY
     return _report(rt, *approved)
 
 
-def answer_question(rt: Runtime, pending_id: str, answer: Any, decider: Decider) -> Resolution:
+def answer_question(rt: Runtime, pending_id: str, reply: Reply, decider: Decider) -> Resolution:
     """Record the answer to a pending ``system_ask_user`` question."""
-    if not isinstance(answer, str) or not answer.strip():
-        raise InvalidInput("answer must be a non-empty string")
+    if not isinstance(reply, Reply):  # a library caller without a type checker
+        raise InvalidInput("answer must be a Reply")
     found = _find(rt, pending_id, "question", decider)
     if isinstance(found, Resolution):
         return found
     cp, item, turn = found
+    answer = reply.text
     cps.check_answer(item, answer)  # one of its options, unless it allows free text: else 400
     now, by = rt.stores.clock.now(), decider.decided_by()
     event = rt.stamp("decided", pendingId=pending_id, decision="answer", **by.fields())

@@ -27,6 +27,7 @@ from loopengine.channels.magic import pages as magic_pages
 from loopengine.domain.base import errors, ids
 from loopengine.domain.base.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
 from loopengine.domain.checkpoint import PendingItem
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.principals import Principal
 from loopengine.http import root as roots
 from loopengine.http import secrets, web
@@ -260,14 +261,13 @@ class _Post:
             return self.again(400, cards.Attempt(error, values, comment))
         try:
             edited = forms.edits(self.view.tool, item.args, form) if decision == "approve" else None
-            self.engine.resolve(
-                pending_id,
-                "approve" if decision == "approve" else "deny",
-                self.who,
-                edited_args=edited,
-                comment=comment or None,
-                args_hash=form.get("argsHash") or None,
+            args_hash = form.get("argsHash") or None
+            verdict = (
+                Approval(edited_args=edited, comment=comment or None, args_hash=args_hash)
+                if decision == "approve"
+                else Denial(comment=comment or None, args_hash=args_hash)
             )
+            self.engine.resolve(pending_id, verdict, self.who)
         except errors.Conflict:  # the item changed since the page was rendered: show it as it is now
             fresh = self.engine.item(pending_id, self.who)
             return self.again(409, cards.Attempt(magic_pages.CHANGED, {}, comment), fresh)
@@ -286,7 +286,7 @@ class _Post:
             error = magic_pages.too_long("answer", MAX_ANSWER_CHARS)
             return self.again(400, cards.Attempt(error, answer=answer))
         try:
-            self.engine.answer(self.item.pending_id, answer, self.who)
+            self.engine.answer(self.item.pending_id, Reply(answer), self.who)
         except errors.Forbidden as exc:
             return self.again(403, cards.Attempt(str(exc), answer=answer))
         except errors.InvalidInput as exc:

@@ -20,7 +20,7 @@ from loopengine.channels.lark import receive as lark
 from loopengine.channels.lark import routes as route
 from loopengine.domain.base.errors import Forbidden, InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
-from loopengine.domain.decisions import HumanVerdict
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
@@ -78,9 +78,9 @@ def decide(engine: Engine, action: lark.LarkAction) -> JsonDict:
     try:
         if action.decision == cards.ANSWER:
             assert action.answer is not None  # parse_button_value guarantees it
-            res = engine.answer(action.pending_id, action.answer, who)
+            res = engine.answer(action.pending_id, Reply(action.answer), who)
         else:
-            verdict: HumanVerdict = "approve" if action.decision == cards.APPROVE else "deny"
+            verdict = Approval() if action.decision == cards.APPROVE else Denial()
             res = engine.resolve(action.pending_id, verdict, who)
     except Forbidden:
         return toast("error", route.NOT_AN_APPROVER)

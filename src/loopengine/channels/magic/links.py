@@ -31,6 +31,7 @@ from loopengine.channels.magic.token import (
 from loopengine.domain.base import errors
 from loopengine.domain.base.limits import MAX_ANSWER_CHARS, MAX_COMMENT_CHARS, MAX_FORM_FIELDS
 from loopengine.domain.checkpoint import PendingItem, TurnCheckpoint
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
@@ -204,14 +205,12 @@ def _decide(token: str, event: BaseProxyEvent) -> Response[str]:
         edited = forms.edits(ctx.tool(item.tool), item.args, form) if decision == "approve" else None
         who = _recipient(ctx)
         args_hash = form.get("argsHash") or None
-        res = ctx.engine.resolve(
-            ctx.pending_id,
-            "approve" if decision == "approve" else "deny",
-            who,
-            edited_args=edited,
-            comment=comment or None,
-            args_hash=args_hash,
+        verdict = (
+            Approval(edited_args=edited, comment=comment or None, args_hash=args_hash)
+            if decision == "approve"
+            else Denial(comment=comment or None, args_hash=args_hash)
         )
+        res = ctx.engine.resolve(ctx.pending_id, verdict, who)
     except errors.Conflict:
         fresh = ctx.reload()
         current = fresh.open_item()
@@ -236,7 +235,7 @@ def _decide_question(ctx: _Context, item: PendingItem, form: Mapping[str, str]) 
     if len(answer) > MAX_ANSWER_CHARS:
         return _question(ctx, item, 400, pages.too_long("answer", MAX_ANSWER_CHARS), answer)
     try:
-        res = ctx.engine.answer(ctx.pending_id, answer, _recipient(ctx))
+        res = ctx.engine.answer(ctx.pending_id, Reply(answer), _recipient(ctx))
     except errors.InvalidInput as exc:
         return _question(ctx, item, 400, str(exc), answer)
     if res.already_resolved:

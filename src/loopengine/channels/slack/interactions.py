@@ -27,6 +27,7 @@ from loopengine.channels.slack.values import ANSWER, APPROVE, TEXT
 from loopengine.domain.base.errors import ConfigError, DeliveryError, Forbidden, InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.base.limits import MAX_ANSWER_CHARS
+from loopengine.domain.decisions import Approval, Denial, Reply
 from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
@@ -105,7 +106,7 @@ def verified(body: bytes, headers: Mapping[str, str], now: float) -> SlackReques
 def decide(engine: Engine, action: SlackAction) -> JsonDict:
     """Approve or deny; the reply for the message."""
     try:
-        verdict: slack.Decision = "approve" if action.decision == APPROVE else "deny"
+        verdict = Approval() if action.decision == APPROVE else Denial()
         res = engine.resolve(action.pending_id, verdict, decider(action.user_id, action.pending_id))
     except Forbidden:
         return blocks.ephemeral_message(route.NOT_AN_APPROVER)
@@ -148,7 +149,7 @@ def answer_option(engine: Engine, action: SlackAction) -> JsonDict:
         )
     answer: str = options[n]
     try:
-        res = engine.answer(action.pending_id, answer, decider(action.user_id, action.pending_id))
+        res = engine.answer(action.pending_id, Reply(answer), decider(action.user_id, action.pending_id))
     except Forbidden:
         return blocks.ephemeral_message(route.NOT_AN_APPROVER)
     except InvalidInput as exc:
@@ -185,7 +186,7 @@ def submit(engine: Engine, sub: SlackSubmission) -> JsonDict:
     if len(answer) > MAX_ANSWER_CHARS:
         return blocks.submission_errors(f"At most {MAX_ANSWER_CHARS} characters")
     try:
-        res = engine.answer(sub.pending_id, answer, decider(sub.user_id, sub.pending_id))
+        res = engine.answer(sub.pending_id, Reply(answer), decider(sub.user_id, sub.pending_id))
     except Forbidden:
         return blocks.submission_errors(route.NOT_AN_APPROVER)
     except InvalidInput as exc:  # e.g. an approval's pendingId
