@@ -20,6 +20,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from loopengine.app import api_models as m
 from loopengine.app.engine import Engine
 from loopengine.app.request.items import ItemView
+from loopengine.channels import html
 from loopengine.channels.inbox import cards, csrf, render
 from loopengine.channels.inbox import routes as route
 from loopengine.channels.magic import form as forms
@@ -35,12 +36,7 @@ from loopengine.http.observability import logger
 HTML = "text/html; charset=utf-8"
 
 
-class _Stop(Exception):
-    """Stop handling and answer with this page."""
-
-    def __init__(self, response: Response[str]) -> None:
-        super().__init__(response.status_code)
-        self.response = response
+_Stop = html.Stop
 
 
 def _html(status: int, document: str) -> Response[str]:
@@ -58,19 +54,15 @@ def _as_inbox(who: Principal) -> Principal:
 
 def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
     """Every failure as a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    try:
-        return run()
-    except _Stop as stop:
-        return stop.response
-    except errors.LoopengineError as exc:
-        status = next((s for cls, s in web.STATUS if isinstance(exc, cls)), 500)
-        if status >= 500:
-            logger.warning("inbox page failed", extra={"error": type(exc).__name__})
-            return _message(503, magic_pages.TRY_AGAIN.title, magic_pages.TRY_AGAIN.text)
-        return _message(status, "This cannot be done", str(exc), "not-found" if status == 404 else "error")
-    except Exception:
-        logger.exception("inbox page failed")
-        return _message(500, magic_pages.BROKEN.title, magic_pages.BROKEN.text)
+    return html.guarded(run, "inbox", _notice, _refused)
+
+
+def _notice(status: int, msg: magic_pages.Message) -> Response[str]:
+    return _message(status, msg.title, msg.text)
+
+
+def _refused(status: int, why: str) -> Response[str]:
+    return _message(status, "This cannot be done", why, "not-found" if status == 404 else "error")
 
 
 # --- GET /inbox -----------------------------------------------------------------------------------
