@@ -1,30 +1,22 @@
-"""What the channels' HTML pages (the inbox, the chat page, the magic-link pages) share.
+"""What the channels' Jinja2 pages (the inbox, the chat page) share.
 
 * :func:`environment`: the one way a page is rendered from Jinja2 templates (a package's
   ``templates/``): ``autoescape=True`` and ``StrictUndefined``, nothing marked safe; Jinja2 is
   imported when the first page is rendered, not when the api starts;
 * :class:`StaticFiles`: a package's ``static/`` files by name (only the names it lists), each
   addressed by a hash of its content (``?v=``) so a changed file is fetched again;
-* :func:`guarded` and :class:`Stop`: every failure of a page handler as a page, never a 500 with a
-  stack trace: a refusal (4xx) says why, a store or model failure asks to try again, anything else
-  is logged and says something went wrong.
+
+Every failure of a page handler is a page through :func:`loopengine.http.web.guarded` (the edge's).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
-
-from aws_lambda_powertools.event_handler import Response
-
-from loopengine.channels.magic import pages as magic_pages
-from loopengine.domain.base import errors
-from loopengine.http import web
-from loopengine.http.observability import logger
 
 if TYPE_CHECKING:
     import jinja2
@@ -77,43 +69,3 @@ class StaticFiles:
     def url(self, name: str) -> str:
         """The URL of a static file, versioned by its content so a changed file is fetched again."""
         return f"{self.path}{name}?v={self.version(name)}"
-
-
-class Stop(Exception):
-    """Stop handling and answer with this page."""
-
-    def __init__(self, response: Response[str]) -> None:
-        super().__init__(response.status_code)
-        self.response = response
-
-
-def guarded(
-    run: Callable[[], Response[str]],
-    where: str,
-    page: Callable[[int, magic_pages.Message], Response[str]],
-    refused: Callable[[int, str], Response[str]],
-    *,
-    unavailable: int | None = 503,
-) -> Response[str]:
-    """``run()``, with every failure as a page: bad input is a 4xx page, never a 500 or a stack trace.
-
-    A :class:`Stop` answers its page; a refusal (an error whose status is under 500) is
-    ``refused(status, why)``; a store or model failure is ``page`` with
-    :data:`~loopengine.channels.magic.pages.TRY_AGAIN` as ``unavailable`` (``None``: the error's own
-    status, 503 for a 500); anything else is logged and ``page`` with ``BROKEN`` as 500. ``where``
-    names the page in the log.
-    """
-    try:
-        return run()
-    except Stop as stop:
-        return stop.response
-    except errors.LoopengineError as exc:
-        status = next((s for cls, s in web.STATUS if isinstance(exc, cls)), 500)
-        if status >= 500:
-            logger.warning(f"{where} page failed", extra={"error": type(exc).__name__})
-            shown = unavailable if unavailable is not None else (status if status != 500 else 503)
-            return page(shown, magic_pages.TRY_AGAIN)
-        return refused(status, str(exc))
-    except Exception:
-        logger.exception(f"{where} page failed")
-        return page(500, magic_pages.BROKEN)

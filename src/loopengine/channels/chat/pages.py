@@ -17,7 +17,6 @@ from aws_lambda_powertools.event_handler import Response
 
 from loopengine.app.engine import Engine
 from loopengine.app.request import sessions
-from loopengine.channels import html
 from loopengine.channels.chat import render, routes
 from loopengine.channels.chat import thread as threads
 from loopengine.channels.inbox import cards
@@ -25,6 +24,7 @@ from loopengine.channels.magic import pages as magic_pages
 from loopengine.domain.base import errors, ids
 from loopengine.domain.principals import Principal
 from loopengine.http import root as roots
+from loopengine.http import web
 
 HTML = "text/html; charset=utf-8"
 NO_SESSION = "There is no such conversation with this agent (or it is not yours to see)."
@@ -46,10 +46,11 @@ def _guarded(run: Callable[[], Response[str]], back: str | None) -> Response[str
     def refused(status: int, why: str) -> Response[str]:
         return _message(status, "This cannot be shown", why, "not-found" if status == 404 else "error", back)
 
-    return html.guarded(run, "chat", _notice, refused)
+    return web.guarded(run, "chat", _failed, refused)
 
 
-def _notice(status: int, msg: magic_pages.Message) -> Response[str]:
+def _failed(status: int) -> Response[str]:
+    msg = magic_pages.failure(status)
     return _message(status, msg.title, msg.text)
 
 

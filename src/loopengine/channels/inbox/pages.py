@@ -20,7 +20,6 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from loopengine.app import api_models as m
 from loopengine.app.engine import Engine
 from loopengine.app.request.items import ItemView
-from loopengine.channels import html
 from loopengine.channels.inbox import cards, csrf, render
 from loopengine.channels.inbox import routes as route
 from loopengine.channels.magic import form as forms
@@ -36,7 +35,7 @@ from loopengine.http.observability import logger
 HTML = "text/html; charset=utf-8"
 
 
-_Stop = html.Stop
+_Stop = web.Stop
 
 
 def _html(status: int, document: str) -> Response[str]:
@@ -54,10 +53,11 @@ def _as_inbox(who: Principal) -> Principal:
 
 def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
     """Every failure as a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    return html.guarded(run, "inbox", _notice, _refused)
+    return web.guarded(run, "inbox", _failed, _refused)
 
 
-def _notice(status: int, msg: magic_pages.Message) -> Response[str]:
+def _failed(status: int) -> Response[str]:
+    msg = magic_pages.failure(status)
     return _message(status, msg.title, msg.text)
 
 

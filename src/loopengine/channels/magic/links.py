@@ -18,7 +18,6 @@ from loopengine.app.engine import Engine
 from loopengine.app.request.items import ItemView
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import Tool
-from loopengine.channels import html
 from loopengine.channels.magic import form as forms
 from loopengine.channels.magic import pages
 from loopengine.channels.magic.token import (
@@ -36,7 +35,7 @@ from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
 
-_Stop = html.Stop
+_Stop = web.Stop
 
 
 def _html(status: int, document: str) -> Response[str]:
@@ -61,7 +60,11 @@ def decide(token: str, event: BaseProxyEvent) -> Response[str]:
 
 def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
     """Turn every failure into a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    return html.guarded(run, "magic link", _message, _refused, unavailable=None)
+    return web.guarded(run, "magic link", _failed, _refused, unavailable=None)
+
+
+def _failed(status: int) -> Response[str]:
+    return _message(status, pages.failure(status))
 
 
 def _refused(status: int, why: str) -> Response[str]:
