@@ -204,7 +204,8 @@ class LarkNotifier(http.HttpNotifier):
         Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event or unusable payload,
         a non-2xx answer, a non-zero ``code``, a timeout or a connection failure.
         """
-        try:
+
+        def build() -> dict[str, Any]:
             body: dict[str, Any] = {}
             if self._secret is not None:
                 timestamp = int(self._clock.now())
@@ -212,10 +213,10 @@ class LarkNotifier(http.HttpNotifier):
                 body["sign"] = sign(self._secret, timestamp)
             body["msg_type"] = "interactive"
             body["card"] = self.card(notification.event, notification.payload)
-            content = http.compact_json(body)
-        except (TypeError, ValueError) as exc:
-            raise self._fail(f"{self._where}: cannot post this {notification.event}: {exc}") from None
-        headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
+            return body
+
+        content = self._body(notification.event, build)
+        headers = http.json_headers(USER_AGENT)
         # not chained: the httpx exception carries the request, and with it the URL
         response = self._post(content, headers, target=self._where)
         read_answer(response, self._where, self._fail)
