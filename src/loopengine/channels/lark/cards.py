@@ -31,12 +31,11 @@ Everything the model wrote (arguments, reason, question, options, final text) go
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from loopengine.channels.base import clip, text_of
+from loopengine.channels.base import BUTTON_PENDING_ID, check_button, clip, text_of
 from loopengine.channels.magic import token as magic
 from loopengine.domain.base.clock import Clock
 from loopengine.domain.base.errors import InvalidInput
@@ -61,20 +60,14 @@ MAX_OPTION_BUTTONS = 10
 ANSWER_LIMIT = 2000
 """An option longer than this is not offered as a button (it could not be shown or sent well)."""
 
-_PENDING_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
-
 
 # -- the button values ------------------------------------------------------------------------
 
 
 def button_value(decision: Verdict, pending_id: str, answer: str | None = None) -> JsonDict:
     """The ``value`` of a callback button; ValueError for a bad decision, id or answer."""
-    if decision not in VERDICTS:
-        raise ValueError(f"decision must be one of {VERDICTS}")
-    if not _PENDING_ID.fullmatch(pending_id):
-        raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
-    if (decision == ANSWER) != (answer is not None):
-        raise ValueError("an answer button carries an answer; approve and deny buttons carry none")
+    mismatch = "an answer button carries an answer; approve and deny buttons carry none"
+    check_button("decision", decision, VERDICTS, pending_id, answer is not None, mismatch)
     value: JsonDict = {DECISION_KEY: decision, PENDING_KEY: pending_id}
     if answer is not None:
         value[ANSWER_KEY] = answer
@@ -89,7 +82,7 @@ def parse_button_value(value: Any) -> tuple[Verdict, str, str | None]:
     if decision not in VERDICTS:
         raise InvalidInput("the Lark button value's decision must be 'approve', 'deny' or 'answer'")
     pending_id = value.get(PENDING_KEY)
-    if not isinstance(pending_id, str) or not _PENDING_ID.fullmatch(pending_id):
+    if not isinstance(pending_id, str) or not BUTTON_PENDING_ID.fullmatch(pending_id):
         raise InvalidInput("the Lark button value names no valid pendingId")
     answer = value.get(ANSWER_KEY)
     if decision == ANSWER:
