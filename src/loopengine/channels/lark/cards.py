@@ -38,7 +38,7 @@ from typing import Any, Literal
 from loopengine.channels.base import BUTTON_PENDING_ID, check_button, clip, text_of
 from loopengine.channels.magic import token as magic
 from loopengine.domain.base.clock import Clock
-from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.errors import ConfigError, InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.fate import Fate, FateState
 
@@ -143,8 +143,8 @@ class CardMaker:
 
     With ``magic_secret`` and ``magic_recipient``, link buttons open a magic-link page valid for
     ``link_ttl`` seconds from ``clock`` time, decided as ``magic_recipient``; otherwise they open
-    the payload's ``resolveUrl``. The senders check the settings
-    (:func:`loopengine.channels.lark.send.card_maker`).
+    the payload's ``resolveUrl``. Half a magic-link setup or a lifetime that is not positive is a
+    :class:`~loopengine.domain.base.errors.ConfigError`.
     """
 
     clock: Clock = field(repr=False)
@@ -152,6 +152,14 @@ class CardMaker:
     magic_recipient: str | None = None
     link_ttl: float = DEFAULT_LINK_TTL
     callback: bool = False
+
+    def __post_init__(self) -> None:
+        """ConfigError unless both halves of a magic-link setup or neither, and a positive lifetime."""
+        magic_secret, magic_recipient = self.magic_secret, self.magic_recipient
+        if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
+            raise ConfigError("notifier lark: magic links need both a secret and a recipient")
+        if self.link_ttl <= 0:
+            raise ConfigError("notifier lark: magic_link_ttl_seconds must be positive")
 
     def link(self, payload: Mapping[str, Any]) -> tuple[str | None, str]:
         """Where the link buttons go, and the note that says what they do."""
