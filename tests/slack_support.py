@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlencode
 
 from loopengine.channels.slack.interact import sign_slack
 from tests.handler_support import load_event, with_body
+from tests.http_support import Answer, PostServer
 
 TRIGGER_SECONDS = 3.0
 
@@ -111,32 +110,8 @@ def check_modal(view: Any) -> None:
     _check(isinstance(callback, str) and len(callback) <= 255, "callback_id is at most 255")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    api: SlackApi
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet."""
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        method = self.path.rsplit("/", 1)[-1]
-        answer = self.server.api.handle(method, headers, raw)
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @dataclass
-class SlackApi:
+class SlackApi(PostServer):
     """The stand-in (a context manager); ``base`` is what ``api_base`` should be."""
 
     token: str
@@ -147,13 +122,14 @@ class SlackApi:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.api = self
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        PostServer.__init__(self)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/api"
+        return f"{self.origin}/api"
+
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        return Answer(json.dumps(self.handle(path.rsplit("/", 1)[-1], headers, raw)).encode())
 
     def trigger(self) -> str:
         """A fresh trigger_id, as Slack puts in a click's payload (good for 3 s, once)."""
@@ -214,15 +190,6 @@ class SlackApi:
         check_modal(body.get("view"))
         return {"ok": True, "view": {**body["view"], "id": f"V{next(self._ids):08d}"}}
 
-    def __enter__(self) -> SlackApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
 
 # -- a click's response_url, played by a local receiver ---------------------------------------
 
@@ -238,54 +205,26 @@ class Posted:
     message: dict[str, Any]
 
 
-class _ReplyServer(ThreadingHTTPServer):
-    daemon_threads = True  # a request still sleeping (the timeout test) never blocks close()
-    receiver: ResponseUrls
-
-
-class _ReplyHandler(BaseHTTPRequestHandler):
-    server: _ReplyServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet."""
-
-    def do_POST(self) -> None:
-        rx = self.server.receiver
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        rx.posted.append(Posted(self.path, self.headers.get("Content-Type", ""), json.loads(body)))
-        time.sleep(rx.delay)  # recorded first, so a late answer never lands in the next test
-        self.send_response(rx.status)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(rx.answer)))
-        self.end_headers()
-        self.wfile.write(rx.answer)
-
-
-class ResponseUrls:
+class ResponseUrls(PostServer):
     """Slack's response_url endpoint on 127.0.0.1: records every POST, answers ``status`` ``answer``."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.posted: list[Posted] = []
         self.status, self.answer, self.delay = 200, b"ok", 0.0
-        self._server = _ReplyServer(("127.0.0.1", 0), _ReplyHandler)
-        self._server.receiver = self
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{REPLY_PATH}"
+        return f"{self.origin}{REPLY_PATH}"
+
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        self.posted.append(Posted(path, headers.get("content-type", ""), json.loads(raw)))
+        time.sleep(self.delay)  # recorded first, so a late answer never lands in the next test
+        return Answer(self.answer, self.status, "text/plain")
 
     def reset(self) -> None:
         self.posted.clear()
         self.status, self.answer, self.delay = 200, b"ok", 0.0
-
-    def __enter__(self) -> ResponseUrls:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 # -- signed requests to the interactions route ----------------------------------------------------

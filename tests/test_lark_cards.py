@@ -8,10 +8,7 @@ posted card carries, and send it back through the api handler as Lark would (enc
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from loopengine.http import api, root
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
 from tests.harness import Calls, agent, make_harness
+from tests.http_support import Answer, PostServer, Request
 from tests.lark_support import ALICE, APP_ID, BOB, KEY, TOKEN, action, lark_event
 from tests.scenario import close
 
@@ -147,51 +145,21 @@ def test_a_custom_bot_cannot_have_callback_buttons() -> None:
 # -- Lark's open API on 127.0.0.1 --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Request:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    api: OpenApi
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet."""
-
-    def do_POST(self) -> None:
-        stub = self.server.api
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        stub.requests.append(
-            Request(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw))
-        )
-        answer = json.dumps(stub.answers.get(self.path.partition("?")[0].rsplit("/", 1)[-1], {})).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-
-class OpenApi:
+class OpenApi(PostServer):
     """Answers ``.../internal`` (the tenant token) and ``.../messages``; records every request."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[Request] = []
         self.answers: dict[str, Any] = {}
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.api = self
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/open-apis"
+        return f"{self.origin}/open-apis"
+
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        self.requests.append(Request(path, headers, json.loads(raw)))
+        return Answer(json.dumps(self.answers.get(path.partition("?")[0].rsplit("/", 1)[-1], {})).encode())
 
     def reset(self) -> None:
         self.requests.clear()
@@ -206,15 +174,6 @@ class OpenApi:
 
     def posted_cards(self) -> list[dict[str, Any]]:
         return [json.loads(r.body["content"]) for r in self.requests if r.path.startswith("/open-apis/im/")]
-
-    def __enter__(self) -> OpenApi:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from loopengine.domain.base.errors import AgentUnavailable
 from loopengine.domain.decisions import Approval, Reply
 from tests.agent_folders import AGENT_YAML, write_agent
 from tests.contract.conftest import make_dynamodb, make_sqlite
+from tests.http_support import Answer, PostServer
 
 SECRET = "targets-test-secret"
 OPS = Decider("ops")
@@ -81,35 +81,25 @@ class Hit:
     verified: bool
 
 
-class Hooks:
+class Hooks(PostServer):
     """Webhook endpoints on 127.0.0.1, one per path; a path in ``down`` answers 503 (and counts the try)."""
 
     def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
         self.clock = clock
         self.hits: list[Hit] = []
         self.tries: dict[str, int] = {}
         self.down: set[str] = set()
         self._lock = threading.Lock()
-        hooks = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                return
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        return Answer(b"", self.took(path, raw, headers), content_type=None)
 
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status = hooks.took(self.path, raw, self.headers)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05})
-
-    def took(self, path: str, raw: bytes, headers: Any) -> int:
+    def took(self, path: str, raw: bytes, headers: dict[str, str]) -> int:
         body = json.loads(raw)
+        signature = headers.get(signature_header(body["event"]).lower())
         try:
-            verify_webhook(SECRET, raw, headers.get(signature_header(body["event"])), now=self.clock.now())
+            verify_webhook(SECRET, raw, signature, now=self.clock.now())
             verified = True
         except Exception:
             verified = False
@@ -121,8 +111,7 @@ class Hooks:
         return 204
 
     def url(self, path: str) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host!s}:{port}{path}"
+        return f"{self.origin}{path}"
 
     def at(self, path: str, event: str | None = None) -> list[dict[str, Any]]:
         """The bodies ``path`` took (of ``event``), each checked to have been signed."""
@@ -130,15 +119,6 @@ class Hooks:
             found = [h for h in self.hits if h.path == path and (event is None or h.body["event"] == event)]
         assert all(h.verified for h in found)
         return [h.body for h in found]
-
-    def __enter__(self) -> Hooks:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
 
 
 # -- agents and engines ----------------------------------------------------------------------------

@@ -13,10 +13,7 @@ import hashlib
 import hmac
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -40,6 +37,7 @@ from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.handler_support import call as http
 from tests.handler_support import load_event, with_body
 from tests.harness import Calls, agent, make_harness
+from tests.http_support import Answer, PostServer, Request
 from tests.scenario import close
 from tests.slack_support import SlackApi
 
@@ -87,69 +85,28 @@ FINISH = {
 # -- the stub: Slack's Web API and Lark's webhook on 127.0.0.1 ------------------------------------
 
 
-@dataclass(frozen=True)
-class Request:
-    """One request the stub got."""
-
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    stub: Stub
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet."""
-
-    def do_POST(self) -> None:
-        stub = self.server.stub
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        stub.requests.append(Request(self.path, headers, json.loads(raw)))
-        answer = stub.answer if isinstance(stub.answer, bytes) else json.dumps(stub.answer).encode()
-        self.send_response(stub.status)
-        self.send_header("Content-Type", "application/json")
-        for name, value in stub.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-
-class Stub:
+class Stub(PostServer):
     """Records every POST; answers ``status`` with ``answer`` (JSON, or raw bytes)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[Request] = []
         self.status: int = 200
         self.answer: Any = {"ok": True}
         self.headers: dict[str, str] = {}
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.stub = self
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
+
+    def respond(self, path: str, headers: dict[str, str], raw: bytes) -> Answer:
+        self.requests.append(Request(path, headers, json.loads(raw)))
+        answer = self.answer if isinstance(self.answer, bytes) else json.dumps(self.answer).encode()
+        return Answer(answer, self.status, headers=self.headers)
 
     def reset(self, answer: Any) -> None:
         self.requests.clear()
         self.status, self.answer, self.headers = 200, answer, {}
-
-    def __enter__(self) -> Stub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ import hashlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from loopengine.app.ports import Notification
 from loopengine.channels.base import notification_body, setting
+from loopengine.domain.base.clock import Clock
 from loopengine.domain.base.errors import ConfigError, DeliveryError
 
 MAX_MESSAGE_BYTES = 262_144
@@ -163,19 +164,45 @@ class AwsNotifier:
 class MessageNotifier(AwsNotifier, ABC):
     """Sends each notification as one message: the SNS and SQS channels.
 
-    A subclass names its ``channel``, the client ``method`` and its ``verb`` (for error
-    messages), and builds the request's target and body fields in :meth:`request`.
+    A subclass names its ``channel``, the client ``method``, its ``verb`` (for error messages) and
+    its ``setting`` (the config key of its target, and that key's default environment variable);
+    it reads a target in :meth:`parse` and builds the request's target and body fields in
+    :meth:`request`.
     """
 
     channel: ClassVar[str]
     method: ClassVar[str]
     verb: ClassVar[str]
+    setting: ClassVar[tuple[str, str]]
 
-    def __init__(self, name: str, *, region: str | None, client: Any) -> None:
-        """Send to the queue or topic ``name`` (FIFO when it ends in ``.fifo``)."""
-        super().__init__(region=region, client=client)
+    def __init__(self, target: str, *, region: str | None = None, client: Any = None) -> None:
+        """Send to ``target`` (in the region it names, unless ``region`` says otherwise).
+
+        The queue or topic is FIFO when its name ends in ``.fifo``. ``client`` replaces the boto3
+        client (built on first send otherwise). Raises
+        :class:`~loopengine.domain.base.errors.ConfigError` for a target :meth:`parse` refuses.
+        """
+        name, named_region = self.parse(target)
+        super().__init__(region=region or named_region, client=client)
+        self.target = target
         self.name = name
         self.fifo = name.endswith(".fifo")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> Self:
+        """``{<setting> | <setting>_env (default its environment variable), region?}``."""
+        key, default_env = cls.setting
+        target, region = target_config(config, env, cls.channel, key, default_env)
+        return cls(target, region=region)
+
+    def __repr__(self) -> str:
+        """Show the target."""
+        return f"{type(self).__name__}({self.target!r})"
+
+    @staticmethod
+    @abstractmethod
+    def parse(target: str) -> tuple[str, str | None]:
+        """The queue's or topic's name and the region ``target`` names; ConfigError when it is not one."""
 
     @abstractmethod
     def request(self, notification: Notification, body: str) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loopengine.app.ports import Notification, Notifier
@@ -95,3 +96,24 @@ def text_of(value: Any) -> str:
 def clip(text: str, limit: int) -> str:
     """``text``, cut to ``limit`` characters (the last an ellipsis) when it is longer."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+BUTTON_PENDING_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+"""A pendingId a chat button's value carries (Slack's, Lark's)."""
+
+
+def check_button(
+    kind: str, verb: str, verbs: Sequence[str], pending_id: str, extra: bool, mismatch: str
+) -> None:
+    """What a chat button's value must be (Slack's, Lark's); ValueError says what it is not.
+
+    ``verb`` (what the button asks for, named ``kind`` in the error) one of ``verbs``, ``pending_id``
+    a :data:`BUTTON_PENDING_ID`, and an ``extra`` (an answer, an option) exactly when ``verb`` is
+    ``"answer"`` (``mismatch`` otherwise).
+    """
+    if verb not in verbs:
+        raise ValueError(f"{kind} must be one of {tuple(verbs)}")
+    if not BUTTON_PENDING_ID.fullmatch(pending_id):
+        raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
+    if (verb == "answer") != extra:
+        raise ValueError(mismatch)

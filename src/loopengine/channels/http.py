@@ -102,6 +102,12 @@ def compact_json(document: Any) -> bytes:
     return text.encode("utf-8")
 
 
+def json_headers(user_agent: str, token: str | None = None) -> dict[str, str]:
+    """A JSON POST's headers, with ``Authorization: Bearer <token>`` when there is a ``token``."""
+    bearer = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return {"Content-Type": JSON_UTF8, **bearer, "User-Agent": user_agent}
+
+
 def status(response: httpx.Response) -> str:
     """``"<status> <reason phrase>"``: an answer as an error message quotes it."""
     phrase = f" {response.reason_phrase}" if response.reason_phrase else ""
@@ -172,12 +178,25 @@ class HttpNotifier:
         """The DeliveryError for ``text`` (a channel with secrets scrubs them here)."""
         return DeliveryError(text)
 
+    def _body(self, event: str, build: Callable[[], Any]) -> bytes:
+        """``build()`` as compact JSON; DeliveryError ("cannot post this <event>") when it fails."""
+        try:
+            return compact_json(build())
+        except (TypeError, ValueError) as exc:
+            raise self._fail(f"{self._where}: cannot post this {event}: {exc}") from None
+
     def _post(
-        self, content: bytes, headers: Mapping[str, str], *, target: str, chain: bool = False
+        self,
+        content: bytes,
+        headers: Mapping[str, str],
+        *,
+        target: str,
+        chain: bool = False,
+        url: str | None = None,
     ) -> httpx.Response:
-        """:func:`post` to this notifier's URL, errors through :meth:`_fail`."""
+        """:func:`post` to ``url`` (default: this notifier's URL), errors through :meth:`_fail`."""
         return post(
-            self._url,
+            self._url if url is None else url,
             content,
             headers,
             target=target,

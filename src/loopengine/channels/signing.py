@@ -16,6 +16,11 @@ without breaking old receivers.
 raises :class:`WebhookVerificationError`, whose ``reason`` says why (a :class:`RejectReason`).
 Raising rather than returning a bool means a caller cannot forget to look at the answer.
 
+Slack's and Lark's requests are signed their own way, but checked the same way here:
+:func:`check_headers` (every header present and well formed, the timestamp within the replay
+window) and :func:`verify_headers` (then the signature, compared in constant time), with the same
+:class:`RejectReason`s.
+
 Standard library only; this is the one module under ``notify`` allowed to read ``time.time``
 (for ``now=None``).
 """
@@ -26,7 +31,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -49,21 +54,29 @@ DEFAULT_TOLERANCE = 300
 
 SCHEME = "v1"
 
+UNIX_SECONDS = re.compile(r"[0-9]{1,12}")
+"""The form of a signed request's timestamp header (Slack's, Lark's)."""
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _MAX_HEADER_LEN = 4096
 
 
 class RejectReason(StrEnum):
-    """Why a webhook failed verification."""
+    """Why a signed request (a webhook, a redis entry, a Slack or Lark request) failed verification."""
 
     MISSING_HEADER = "missing_header"
     MALFORMED_HEADER = "malformed_header"
     STALE_TIMESTAMP = "stale_timestamp"
     BAD_SIGNATURE = "bad_signature"
+    UNSIGNED = "unsigned"
+    """Lark: a request with neither a signature nor an encrypted body, where one is required."""
+    UNREADABLE = "unreadable"
+    """Lark: an encrypted body the configured Encrypt Key cannot read."""
+    BAD_TOKEN = "bad_token"
+    """Lark: a body whose Verification Token is not the configured one."""
 
 
 class WebhookVerificationError(ValueError):
-    """A webhook's signature header is missing, malformed, stale or does not match."""
+    """A signed request's signature headers are missing, malformed, stale or do not match."""
 
     def __init__(self, reason: RejectReason, message: str) -> None:
         super().__init__(message)
@@ -170,3 +183,54 @@ def verify_webhook(
             RejectReason.STALE_TIMESTAMP,
             f"signature timestamp is more than {tolerance} s away from the receiver's clock",
         )
+
+
+Header = tuple[str, str | None, re.Pattern[str], str]
+"""A signed request's header: its name, its value (None when absent), its form, what it must be."""
+
+
+def check_headers(
+    headers: Sequence[Header],
+    now: float,
+    tolerance: int,
+    error: Callable[[RejectReason, str], WebhookVerificationError],
+) -> int:
+    """The checks of a signed request (Slack's, Lark's) that need no key; returns the timestamp.
+
+    Every header present (``MISSING_HEADER`` for the first that is not), each of its form
+    (``MALFORMED_HEADER``: "<name> <what it must be>"), and the first, the timestamp in unix seconds,
+    within ``tolerance`` seconds of ``now`` either way (``STALE_TIMESTAMP``); ``error`` makes the
+    exception raised.
+    """
+    if tolerance < 0:
+        raise ValueError("tolerance must not be negative")
+    for name, value, _form, _must in headers:
+        if not value:
+            raise error(RejectReason.MISSING_HEADER, f"no {name} header")
+    for name, value, form, must in headers:
+        if not form.fullmatch(value or ""):
+            raise error(RejectReason.MALFORMED_HEADER, f"{name} {must}")
+    sent = int(headers[0][1] or "")
+    if abs(now - sent) > tolerance:
+        raise error(
+            RejectReason.STALE_TIMESTAMP,
+            f"request timestamp is more than {tolerance} s away from the receiver's clock",
+        )
+    return sent
+
+
+def verify_headers(
+    headers: Sequence[Header],
+    now: float,
+    tolerance: int,
+    error: Callable[[RejectReason, str], WebhookVerificationError],
+    expected: Callable[[], str],
+) -> None:
+    """:func:`check_headers`, then the signature (the last header) against ``expected()``.
+
+    The comparison is constant time and ignores case; a mismatch is ``BAD_SIGNATURE``.
+    """
+    check_headers(headers, now, tolerance, error)
+    signature = (headers[-1][1] or "").lower()
+    if not hmac.compare_digest(expected().encode("ascii"), signature.encode("ascii")):
+        raise error(RejectReason.BAD_SIGNATURE, "signature does not match the body")

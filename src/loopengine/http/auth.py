@@ -53,12 +53,21 @@ PUBLIC_EXACT = ("/health",)
 PUBLIC_PREFIXES = ("/magic/", "/integrations/")
 PUBLIC = (*PUBLIC_EXACT, *(p + "*" for p in PUBLIC_PREFIXES))
 """Routes that take no Basic or JWT credentials (each checks its own signature or token)."""
+BASIC_CHALLENGE = 'Basic realm="loopengine", charset="UTF-8"'
+"""What a 401 for a browser page carries (:func:`challenge`), so the browser asks for a login."""
 CHANNEL_HEADER = "x-loopengine-channel"
 CHANNELS = ("live", "chat")
 """Labels a caller may declare in ``X-Loopengine-Channel`` (recorded as ``declaredChannel``): ``live``
 (``loopengine chat``), ``chat`` (the conversation page, ``GET /chat/{agent}``)."""
 API, INBOX = "api", "inbox"
 """The channels the server records for its authenticated routes."""
+
+
+def challenge(response: Response[Any], ask: bool) -> Response[Any]:
+    """``response`` with the Basic challenge when it is a 401 and ``ask`` (it is for a browser page)."""
+    if response.status_code == 401 and ask:
+        response.headers["WWW-Authenticate"] = BASIC_CHALLENGE
+    return response
 
 
 def is_public(path: str) -> bool:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from loopengine.app import api_models as m
@@ -67,17 +68,41 @@ def pages(*statuses: int) -> dict[int, OpenAPIResponse]:
     return {status: html for status in statuses}
 
 
-SLACK: dict[int, OpenAPIResponse] = {
-    200: {
-        "description": "the message Slack shows in place of the buttons (or to the clicker alone)",
-        "content": {"application/json": {"schema": {"type": "object"}}},
-    },
-    **{k: v for k, v in answers({}, 400, 503, public=True).items()},
-    401: {
-        "description": "X-Slack-Signature check failed",
-        "content": {"application/json": {"model": m.ErrorBody}},
-    },
-}
+def page_answers(html: tuple[int, ...], json: tuple[int, ...], **extra: OpenAPIResponse) -> dict[int, Any]:
+    """``responses=`` for a route of a channel's pages: HTML pages, JSON errors and its own, by status."""
+    out: dict[int, Any] = {**pages(*html), **answers({}, *json)}
+    out.update({int(status): response for status, response in extra.items()})
+    return dict(sorted(out.items()))
+
+
+def static_answers(description: str) -> dict[int, Any]:
+    """``responses=`` for ``GET .../static/{asset}``: the file (``description``), 404 page, 400 JSON."""
+    asset: OpenAPIResponse = {
+        "description": description,
+        "content": {
+            "text/css": {"schema": {"type": "string"}},
+            "text/javascript": {"schema": {"type": "string"}},
+        },
+    }
+    return page_answers((404,), (400,), **{"200": asset})
+
+
+AssetVersion = Annotated[str | None, Query(max_length=64, description="content version")]
+"""A static file's ``?v=``: the content version its URL was made with."""
+
+
+def callback_answers(shown: str, errors: tuple[int, ...], **own: str) -> dict[int, OpenAPIResponse]:
+    """``responses=`` for a chat app's public callback: what it shows (200), ``errors``, then ``own``'s."""
+    out: dict[int, OpenAPIResponse] = {
+        200: {"description": shown, "content": {"application/json": {"schema": {"type": "object"}}}},
+        **answers({}, *errors, public=True),
+    }
+    for status, description in own.items():
+        out[int(status)] = {
+            "description": description,
+            "content": {"application/json": {"model": m.ErrorBody}},
+        }
+    return out
 
 
 def schemes() -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,6 +24,7 @@ from loopengine.app.usage import TokenAllowanceExceeded
 from loopengine.domain.base import errors, jsonsafe
 from loopengine.domain.base.limits import MAX_BODY_BYTES as MAX_BODY_BYTES
 from loopengine.domain.idempotency import IdempotencyMismatch
+from loopengine.http.observability import logger
 
 STATUS: list[tuple[type[errors.LoopengineError], int]] = [
     (IdempotencyMismatch, 422),
@@ -136,3 +138,42 @@ def edge(app: APIGatewayHttpResolver, next_middleware: NextMiddleware) -> Respon
     check_request(app.current_event)
     response: Response[str] = next_middleware(app)
     return response
+
+
+class Stop(Exception):
+    """Stop handling a page and answer with this one (a refusal found deep in a page handler)."""
+
+    def __init__(self, response: Response[str]) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def guarded(
+    run: Callable[[], Response[str]],
+    where: str,
+    failed: Callable[[int], Response[str]],
+    refused: Callable[[int, str], Response[str]],
+    *,
+    unavailable: int | None = 503,
+) -> Response[str]:
+    """``run()`` of an HTML page, every failure a page: a 4xx page, never a 500 with a stack trace.
+
+    A :class:`Stop` answers its page; an error of :data:`STATUS` under 500 is ``refused(status,
+    why)``; one of 500 or more (the store, the model, the agent's configuration) is logged as a
+    warning and ``failed(unavailable)`` (``None``: the error's own status, 503 for a 500): try again;
+    anything else is logged with its stack and ``failed(500)``: something broke. ``where`` names
+    the page in the log.
+    """
+    try:
+        return run()
+    except Stop as stop:
+        return stop.response
+    except errors.LoopengineError as exc:
+        status = next((s for cls, s in STATUS if isinstance(exc, cls)), 500)
+        if status >= 500:
+            logger.warning(f"{where} page failed", extra={"error": type(exc).__name__})
+            return failed(unavailable if unavailable is not None else (status if status != 500 else 503))
+        return refused(status, str(exc))
+    except Exception:
+        logger.exception(f"{where} page failed")
+        return failed(500)

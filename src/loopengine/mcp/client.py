@@ -84,12 +84,11 @@ class McpClient:
         return self._for(server).call_tool(server, pin, args)
 
 
-class HttpMcpConnector:
-    """List and call MCP tools over streamable HTTP; ``env`` holds the header variables.
+class BaseConnector:
+    """What the HTTP and stdio connectors share: ``env``, the timeout overrides, a listing's deadline.
 
-    ``connect_timeout`` / ``timeout`` override every server's own (``loopengine agents --check``
-    probes with short ones). A server's ``timeout`` bounds each operation as a whole, connecting
-    and listing included.
+    ``connect_timeout`` / ``timeout`` override every server's own. A server's ``timeout`` bounds
+    each operation as a whole, connecting (or starting) and listing included.
     """
 
     def __init__(
@@ -98,6 +97,52 @@ class HttpMcpConnector:
         self._env = env
         self._connect_timeout = connect_timeout
         self._timeout = timeout
+
+    def _secrets(self, server: McpServer) -> dict[str, str]:
+        """The values this transport sends ``server`` and scrubs from every text (headers, env_from)."""
+        raise NotImplementedError
+
+    def _call_secrets(self, server: McpServer) -> dict[str, str]:
+        """:meth:`_secrets` for a call: a missing one is ``McpNotRun`` ("...: not run")."""
+        try:
+            return self._secrets(server)
+        except McpNotRun as exc:
+            raise McpNotRun(f"{exc}: not run") from None
+
+    def _total(self, server: McpServer) -> float:
+        """The whole operation's deadline (connect, list, call): the server's ``timeout``."""
+        return self._timeout if self._timeout is not None else server.timeout
+
+    def _connect(self, server: McpServer) -> float:
+        """The deadline to connect (or start): the server's ``connect_timeout``, within the whole's."""
+        connect = self._connect_timeout if self._connect_timeout is not None else server.connect_timeout
+        return min(connect, self._total(server))
+
+    async def _listed(
+        self, server: McpServer, secrets: dict[str, str], listing: Callable[[], Awaitable[list[ListedTool]]]
+    ) -> list[ListedTool]:
+        """``listing()`` within the operation's deadline; any failure is ``McpNotRun`` (unreachable)."""
+        import anyio
+
+        try:
+            with anyio.fail_after(self._total(server)):
+                return await listing()
+        except Exception as exc:
+            why = _scrub(_why(exc), secrets)
+            raise McpNotRun(f"the {server.name} MCP server is unreachable ({why})") from None
+
+
+class HttpMcpConnector(BaseConnector):
+    """List and call MCP tools over streamable HTTP; ``env`` holds the header variables.
+
+    ``connect_timeout`` / ``timeout`` override every server's own (``loopengine agents --check``
+    probes with short ones).
+    """
+
+    def __init__(
+        self, env: Mapping[str, str], *, connect_timeout: float | None = None, timeout: float | None = None
+    ) -> None:
+        super().__init__(env, connect_timeout=connect_timeout, timeout=timeout)
         self._tls: Any = None
         self._lock = threading.Lock()
 
@@ -112,27 +157,23 @@ class HttpMcpConnector:
 
     def list_tools(self, server: McpServer) -> list[ListedTool]:
         """Every tool ``server`` lists now; ``McpNotRun`` when it cannot be reached or listed."""
-        headers = server.headers(self._env)
+        headers = self._secrets(server)
         return _run(lambda: self._list(server, headers))
 
     def call_tool(self, server: McpServer, pin: McpPin, args: JsonDict) -> McpAnswer:
         """Call the pinned tool once, if the server still lists it with the pinned hash."""
-        try:
-            headers = server.headers(self._env)
-        except McpNotRun as exc:
-            raise McpNotRun(f"{exc}: not run") from None
+        headers = self._call_secrets(server)
         return _run(lambda: self._call(server, pin, args, headers))
 
-    async def _list(self, server: McpServer, headers: dict[str, str]) -> list[ListedTool]:
-        import anyio
+    def _secrets(self, server: McpServer) -> dict[str, str]:
+        return server.headers(self._env)
 
-        try:
-            with anyio.fail_after(self._total(server)):
-                async with self._client(server, headers) as client:
-                    return await _listing(client)
-        except Exception as exc:
-            why = _scrub(_why(exc), headers)
-            raise McpNotRun(f"the {server.name} MCP server is unreachable ({why})") from None
+    async def _list(self, server: McpServer, headers: dict[str, str]) -> list[ListedTool]:
+        async def listing() -> list[ListedTool]:
+            async with self._client(server, headers) as client:
+                return await _listing(client)
+
+        return await self._listed(server, headers, listing)
 
     async def _call(
         self, server: McpServer, pin: McpPin, args: JsonDict, headers: dict[str, str]
@@ -153,19 +194,14 @@ class HttpMcpConnector:
             raise _failure(exc, server, pin, sent, headers) from None
         return answer
 
-    def _total(self, server: McpServer) -> float:
-        """The whole operation's deadline (connect, list, call): the server's ``timeout``."""
-        return self._timeout if self._timeout is not None else server.timeout
-
     @asynccontextmanager
     async def _client(self, server: McpServer, headers: dict[str, str]) -> Any:
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        connect = self._connect_timeout if self._connect_timeout is not None else server.connect_timeout
-        total = self._total(server)
-        timeout = httpx2.Timeout(total, connect=min(connect, total), pool=min(connect, total))
+        total, connect = self._total(server), self._connect(server)
+        timeout = httpx2.Timeout(total, connect=connect, pool=connect)
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, verify=self._tls_context()) as http:
             transport = streamable_http_client(server.url, http_client=http)
             async with Client(transport, read_timeout_seconds=total, cache=None) as client:

@@ -37,7 +37,7 @@ from typing import Any, TextIO, TypeVar
 from loopengine.authoring.mcp import ListedTool, McpAnswer, McpNotRun, McpPin, McpServer
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.mcp import loop
-from loopengine.mcp.client import _answer, _check_pin, _failure, _leaves, _listing, _scrub, _why
+from loopengine.mcp.client import BaseConnector, _answer, _check_pin, _failure, _leaves, _listing, _why
 
 T = TypeVar("T")
 log = logging.getLogger("loopengine.mcp")
@@ -79,7 +79,7 @@ def _which(word: str, path: str) -> str:
     return word  # starting it fails with the OS's own error, which names it
 
 
-class StdioMcpConnector:
+class StdioMcpConnector(BaseConnector):
     """List and call MCP tools of servers started over stdio; ``env`` holds the ``env_from`` variables.
 
     ``connect_timeout`` / ``timeout`` override every server's own, as for HTTP. A server's
@@ -87,36 +87,25 @@ class StdioMcpConnector:
     operation, a start included.
     """
 
-    def __init__(
-        self, env: Mapping[str, str], *, connect_timeout: float | None = None, timeout: float | None = None
-    ) -> None:
-        self._env = env
-        self._connect_timeout = connect_timeout
-        self._timeout = timeout
-
     def list_tools(self, server: McpServer) -> list[ListedTool]:
         """Every tool ``server`` lists now (starting it if needed); ``McpNotRun`` when it cannot."""
-        secrets = server.secrets(self._env)
+        secrets = self._secrets(server)
         return _submit(server, lambda: self._list(server, secrets))
 
     def call_tool(self, server: McpServer, pin: McpPin, args: JsonDict) -> McpAnswer:
         """Call the pinned tool once, if the server still lists it with the pinned hash."""
-        try:
-            secrets = server.secrets(self._env)
-        except McpNotRun as exc:
-            raise McpNotRun(f"{exc}: not run") from None
+        secrets = self._call_secrets(server)
         return _submit(server, lambda: self._call(server, pin, args, secrets))
 
-    async def _list(self, server: McpServer, secrets: dict[str, str]) -> list[ListedTool]:
-        import anyio
+    def _secrets(self, server: McpServer) -> dict[str, str]:
+        return server.secrets(self._env)
 
-        try:
-            with anyio.fail_after(self._total(server)):
-                _, listed = await _servers().listing(launch(server, secrets), self._connect(server))
-                return listed
-        except Exception as exc:
-            why = _scrub(_why(exc), secrets)
-            raise McpNotRun(f"the {server.name} MCP server is unreachable ({why})") from None
+    async def _list(self, server: McpServer, secrets: dict[str, str]) -> list[ListedTool]:
+        async def listing() -> list[ListedTool]:
+            _, listed = await _servers().listing(launch(server, secrets), self._connect(server))
+            return listed
+
+        return await self._listed(server, secrets, listing)
 
     async def _call(
         self, server: McpServer, pin: McpPin, args: JsonDict, secrets: dict[str, str]
@@ -136,13 +125,6 @@ class StdioMcpConnector:
                 running.stop()  # dead, hung or garbled: the next operation starts it again
             raise _failure(exc, server, pin, sent, secrets) from None
         return _answer(result, secrets)
-
-    def _total(self, server: McpServer) -> float:
-        return self._timeout if self._timeout is not None else server.timeout
-
-    def _connect(self, server: McpServer) -> float:
-        connect = self._connect_timeout if self._connect_timeout is not None else server.connect_timeout
-        return min(connect, self._total(server))
 
 
 def _answered(exc: BaseException) -> bool:

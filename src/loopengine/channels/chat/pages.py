@@ -25,7 +25,6 @@ from loopengine.domain.base import errors, ids
 from loopengine.domain.principals import Principal
 from loopengine.http import root as roots
 from loopengine.http import web
-from loopengine.http.observability import logger
 
 HTML = "text/html; charset=utf-8"
 NO_SESSION = "There is no such conversation with this agent (or it is not yours to see)."
@@ -43,18 +42,16 @@ def _message(
 
 def _guarded(run: Callable[[], Response[str]], back: str | None) -> Response[str]:
     """Every failure as a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    try:
-        return run()
-    except errors.LoopengineError as exc:
-        status = next((s for cls, s in web.STATUS if isinstance(exc, cls)), 500)
-        if status >= 500:
-            logger.warning("chat page failed", extra={"error": type(exc).__name__})
-            return _message(503, magic_pages.TRY_AGAIN.title, magic_pages.TRY_AGAIN.text)
-        state = "not-found" if status == 404 else "error"
-        return _message(status, "This cannot be shown", str(exc), state, back)
-    except Exception:
-        logger.exception("chat page failed")
-        return _message(500, magic_pages.BROKEN.title, magic_pages.BROKEN.text)
+
+    def refused(status: int, why: str) -> Response[str]:
+        return _message(status, "This cannot be shown", why, "not-found" if status == 404 else "error", back)
+
+    return web.guarded(run, "chat", _failed, refused)
+
+
+def _failed(status: int) -> Response[str]:
+    msg = magic_pages.failure(status)
+    return _message(status, msg.title, msg.text)
 
 
 def show(who: Principal, agent: str, session_id: str | None, tenant: str | None) -> Response[str]:

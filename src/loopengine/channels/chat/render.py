@@ -6,26 +6,20 @@ no inline script or style. Its stylesheet, its one script (``chat.js``) and the 
 script uses (``loopengine-client.js``, also for any other frontend) are files of this package served
 by ``GET /chat/static/{asset}`` (:func:`asset`), which :data:`HEADERS`' Content-Security-Policy allows
 (``'self'``) and nothing else. An argument's control is the inbox's own macro (``control`` of the
-inbox's ``_macros.html``), fed the magic-link form's fields.
-
-Jinja2 is imported when the first page is rendered, not when the api starts.
+inbox's ``_macros.html``), fed the magic-link form's fields, and the page extends the inbox's
+``base.html`` (both through :func:`loopengine.channels.html.environment`).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
+from loopengine.channels import html
 from loopengine.channels.chat.thread import Thread
 from loopengine.channels.inbox import render as inbox_render
-
-if TYPE_CHECKING:
-    import jinja2
 
 PAGE_PATH = "/chat/"
 STATIC_PATH = "/chat/static/"
@@ -48,43 +42,11 @@ STOP_HINT = (
 )
 
 
-@functools.cache
-def _environment() -> jinja2.Environment:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.ChoiceLoader(
-            [
-                jinja2.PackageLoader("loopengine.channels.chat", "templates"),
-                jinja2.PackageLoader("loopengine.channels.inbox", "templates"),  # its control macro
-            ]
-        ),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
-@functools.cache
-def _read(name: str) -> str:
-    return resources.files("loopengine.channels.chat").joinpath("static", name).read_text(encoding="utf-8")
-
-
-def asset(name: str) -> tuple[str, str] | None:
-    """(content type, text) of a static file by name; None for any name not in :data:`ASSETS`."""
-    content_type = ASSETS.get(name)
-    if content_type is None:
-        return None
-    return content_type, _read(name)
-
-
-@functools.cache
-def version(name: str) -> str:
-    """A static file's content hash (what its versioned URL carries)."""
-    found = asset(name)
-    return hashlib.sha256(found[1].encode()).hexdigest()[:12] if found else "0"
+FILES = html.StaticFiles("loopengine.channels.chat", STATIC_PATH, ASSETS)
+asset = FILES.asset
+"""(content type, text) of a static file by name; None for any name not in :data:`ASSETS`."""
+version = FILES.version
+"""A static file's content hash (what its versioned URL carries)."""
 
 
 def asset_headers(name: str, asked_version: str | None) -> Mapping[str, str]:
@@ -92,9 +54,8 @@ def asset_headers(name: str, asked_version: str | None) -> Mapping[str, str]:
     return VERSIONED_HEADERS if asked_version == version(name) else FRESH_HEADERS
 
 
-def asset_url(name: str) -> str:
-    """The URL of a static file, versioned by its content."""
-    return f"{STATIC_PATH}{name}?v={version(name)}"
+asset_url = FILES.url
+"""The URL of a static file, versioned by its content."""
 
 
 def page_url(agent: str, session_id: str | None = None, tenant: str | None = None) -> str:
@@ -122,7 +83,8 @@ class Page:
 
 def _render(template: str, **values: Any) -> str:
     shared = {"css_url": asset_url("chat.css"), "js_url": asset_url("chat.js"), "stop_hint": STOP_HINT}
-    return _environment().get_template(template).render(**shared, **values)
+    templates = html.environment("loopengine.channels.chat", "loopengine.channels.inbox")  # its control macro
+    return templates.get_template(template).render(**shared, **values)
 
 
 def chat(page: Page) -> str:

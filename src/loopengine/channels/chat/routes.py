@@ -29,7 +29,6 @@ router = Router()  # type: ignore[no-untyped-call]
 
 PAGE_PATH = "/chat"
 """The page is ``/chat/{agent}`` (``channels.chat.render.PAGE_PATH`` is the same, with its slash)."""
-CHALLENGE = 'Basic realm="loopengine", charset="UTF-8"'
 CHANNEL = "chat"
 """What the page's script declares in ``X-Loopengine-Channel`` (kept in the audit as ``declaredChannel``)."""
 MAX_AUDITED_TURNS = 10
@@ -44,24 +43,9 @@ def challenge(path: str, headers: Mapping[str, str], response: Response[Any]) ->
     declares ``X-Loopengine-Channel: chat``, as the page's script does) makes it send them again.
     """
     page = path.startswith(PAGE_PATH + "/")
-    if response.status_code == 401 and (page or headers.get(auth.CHANNEL_HEADER) == CHANNEL):
-        response.headers["WWW-Authenticate"] = CHALLENGE
-    return response
+    return auth.challenge(response, page or headers.get(auth.CHANNEL_HEADER) == CHANNEL)
 
 
-def _responses(html: tuple[int, ...], json: tuple[int, ...], **extra: OpenAPIResponse) -> dict[int, Any]:
-    out: dict[int, Any] = {**openapi.pages(*html), **openapi.answers({}, *json)}
-    out.update({int(status): response for status, response in extra.items()})
-    return dict(sorted(out.items()))
-
-
-ASSET: OpenAPIResponse = {
-    "description": "the page's stylesheet, its script, or the client module for any frontend",
-    "content": {
-        "text/css": {"schema": {"type": "string"}},
-        "text/javascript": {"schema": {"type": "string"}},
-    },
-}
 Agent = Annotated[
     str, Path(pattern=m.AGENT_PATTERN, description="the agent's name", examples=["customer-service"])
 ]
@@ -89,7 +73,7 @@ def _either(status: int) -> OpenAPIResponse:
 @router.get(
     PAGE_PATH + "/<agent>",
     summary="The conversation with an agent in the browser: send, watch, decide its cards (HTML)",
-    responses=_responses((200, 403, 503), (), **{"400": _either(400), "404": _either(404)}),
+    responses=openapi.page_answers((200, 403, 503), (), **{"400": _either(400), "404": _either(404)}),
 )
 def show(agent: Agent, session: Session = None, tenant: Tenant = None) -> Response[str]:
     """The conversation page (changes nothing)."""
@@ -102,11 +86,11 @@ def show(agent: Agent, session: Session = None, tenant: Tenant = None) -> Respon
 @router.get(
     PAGE_PATH + "/static/<asset>",
     summary="The conversation page's stylesheet and script, and the client module (loopengine-client.js)",
-    responses=_responses((404,), (400,), **{"200": ASSET}),
+    responses=openapi.static_answers(
+        "the page's stylesheet, its script, or the client module for any frontend"
+    ),
 )
-def static(
-    asset: str, v: Annotated[str | None, Query(max_length=64, description="content version")] = None
-) -> Response[str]:
+def static(asset: str, v: openapi.AssetVersion = None) -> Response[str]:
     """One of the chat's static files (``chat.css``, ``chat.js``, ``loopengine-client.js``); 404 otherwise."""
     from loopengine.channels.chat import pages
 

@@ -36,12 +36,7 @@ from loopengine.http.observability import logger
 HTML = "text/html; charset=utf-8"
 
 
-class _Stop(Exception):
-    """Stop handling and answer with this page."""
-
-    def __init__(self, response: Response[str]) -> None:
-        super().__init__(response.status_code)
-        self.response = response
+_Stop = web.Stop
 
 
 def _html(status: int, document: str) -> Response[str]:
@@ -59,19 +54,16 @@ def _as_inbox(who: Principal) -> Principal:
 
 def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
     """Every failure as a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    try:
-        return run()
-    except _Stop as stop:
-        return stop.response
-    except errors.LoopengineError as exc:
-        status = next((s for cls, s in web.STATUS if isinstance(exc, cls)), 500)
-        if status >= 500:
-            logger.warning("inbox page failed", extra={"error": type(exc).__name__})
-            return _message(503, magic_pages.TRY_AGAIN.title, magic_pages.TRY_AGAIN.text)
-        return _message(status, "This cannot be done", str(exc), "not-found" if status == 404 else "error")
-    except Exception:
-        logger.exception("inbox page failed")
-        return _message(500, magic_pages.BROKEN.title, magic_pages.BROKEN.text)
+    return web.guarded(run, "inbox", _failed, _refused)
+
+
+def _failed(status: int) -> Response[str]:
+    msg = magic_pages.failure(status)
+    return _message(status, msg.title, msg.text)
+
+
+def _refused(status: int, why: str) -> Response[str]:
+    return _message(status, "This cannot be done", why, "not-found" if status == 404 else "error")
 
 
 # --- GET /inbox -----------------------------------------------------------------------------------

@@ -1,29 +1,23 @@
 """The inbox's HTML: Jinja2 templates (``templates/``, auto-escaped) and its two static files.
 
-Every value reaches the page through a template with ``autoescape=True`` and ``StrictUndefined``;
-nothing is marked safe. The page holds no inline script or style: its stylesheet and script are
-files of this package served by ``GET /inbox/static/{asset}`` (:func:`asset`), which
+Every value reaches the page through a template of :func:`loopengine.channels.html.environment`
+(``autoescape=True`` and ``StrictUndefined``); nothing is marked safe. The page holds no inline
+script or style: its stylesheet and script are files of this package served by
+``GET /inbox/static/{asset}`` (:func:`asset`), which
 :data:`HEADERS`' Content-Security-Policy allows (``'self'``) and nothing else: no inline code, no
 other origin, no frames, no plugins, forms only to this origin.
-
-Jinja2 is imported when the first page is rendered, not when the api starts.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
+from loopengine.channels import html
 from loopengine.channels.inbox.cards import Card, Flash, Group
 from loopengine.channels.magic import pages as magic_pages
-
-if TYPE_CHECKING:
-    import jinja2
 
 PAGE_PATH = "/inbox"
 STATIC_PATH = "/inbox/static/"
@@ -52,39 +46,11 @@ ASSET_HEADERS: Mapping[str, str] = {
 """The files are addressed by a hash of their content (``?v=``), so a browser may keep them."""
 
 
-@functools.cache
-def _environment() -> jinja2.Environment:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("loopengine.channels.inbox", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
-def asset(name: str) -> tuple[str, str] | None:
-    """(content type, text) of a static file by name; None for any name not in :data:`ASSETS`."""
-    content_type = ASSETS.get(name)
-    if content_type is None:
-        return None
-    return content_type, _read(name)
-
-
-@functools.cache
-def _read(name: str) -> str:
-    return resources.files("loopengine.channels.inbox").joinpath("static", name).read_text(encoding="utf-8")
-
-
-@functools.cache
-def asset_url(name: str) -> str:
-    """The URL of a static file, versioned by its content so a changed file is fetched again."""
-    found = asset(name)
-    version = hashlib.sha256(found[1].encode()).hexdigest()[:12] if found else "0"
-    return f"{STATIC_PATH}{name}?v={version}"
+FILES = html.StaticFiles("loopengine.channels.inbox", STATIC_PATH, ASSETS)
+asset = FILES.asset
+"""(content type, text) of a static file by name; None for any name not in :data:`ASSETS`."""
+asset_url = FILES.url
+"""The URL of a static file, versioned by its content so a changed file is fetched again."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +100,7 @@ def _render(template: str, **values: Any) -> str:
         "page_path": PAGE_PATH,
         "item_path": ITEM_PATH,
     }
-    return _environment().get_template(template).render(**shared, **values)
+    return html.environment("loopengine.channels.inbox").get_template(template).render(**shared, **values)
 
 
 def inbox(page: Page) -> str:

@@ -44,33 +44,17 @@ MAX_FOLLOWED = 3
 PUBLIC_URL_ENV = "LOOPENGINE_PUBLIC_URL"
 PAGE_PATH = "/inbox"
 """The inbox page (``channels.inbox.render.PAGE_PATH``, the links the page makes, is the same)."""
-CHALLENGE = 'Basic realm="loopengine", charset="UTF-8"'
 
 
 def challenge(path: str, response: Response[Any]) -> Response[Any]:
     """``response`` with a Basic challenge when it is a 401 for an inbox page, so a browser asks for login."""
-    if response.status_code == 401 and (path == PAGE_PATH or path.startswith(PAGE_PATH + "/")):
-        response.headers["WWW-Authenticate"] = CHALLENGE
-    return response
-
-
-def _responses(html: tuple[int, ...], json: tuple[int, ...], **extra: OpenAPIResponse) -> dict[int, Any]:
-    out: dict[int, Any] = {**openapi.pages(*html), **openapi.answers({}, *json)}
-    out.update({int(status): response for status, response in extra.items()})
-    return dict(sorted(out.items()))
+    return auth.challenge(response, path == PAGE_PATH or path.startswith(PAGE_PATH + "/"))
 
 
 REDIRECT: OpenAPIResponse = {
     "description": "decided, or already closed: back to the inbox, whose flash says what became of the item",
     "headers": {"Location": {"description": "/inbox?item=<pendingId>", "schema": {"type": "string"}}},
     "content": {"text/html": {"schema": {"type": "string", "maxLength": 0}}},
-}
-ASSET: OpenAPIResponse = {
-    "description": "the page's stylesheet or script",
-    "content": {
-        "text/css": {"schema": {"type": "string"}},
-        "text/javascript": {"schema": {"type": "string"}},
-    },
 }
 Tenant = Annotated[str | None, Query(pattern=m.TENANT_PATTERN, description="only this tenant's items")]
 Agent = Annotated[str | None, Query(pattern=m.AGENT_PATTERN, description="only this agent's items")]
@@ -82,7 +66,7 @@ Item = Annotated[
 @router.get(
     PAGE_PATH,
     summary="The approvals inbox: every open item of the caller's tenants (HTML)",
-    responses=_responses((200, 403, 503), (400,)),
+    responses=openapi.page_answers((200, 403, 503), (400,)),
 )
 def show(tenant: Tenant = None, agent: Agent = None, item: Item = None) -> Response[str]:
     """The inbox page (changes nothing)."""
@@ -97,7 +81,7 @@ def show(tenant: Tenant = None, agent: Agent = None, item: Item = None) -> Respo
 @router.post(
     PAGE_PATH + "/items/<pendingId>",
     summary="The inbox: approve, deny, edit or answer one item (a form post from the inbox page)",
-    responses=_responses((400, 403, 404, 409, 413, 503), (), **{"303": REDIRECT}),
+    responses=openapi.page_answers((400, 403, 404, 409, 413, 503), (), **{"303": REDIRECT}),
 )
 def decide(pending_id: Annotated[str, Path(alias="pendingId", description="pnd_ + 32 hex")]) -> Response[str]:
     """Decide one item from the inbox's form, as the signed-in principal."""
@@ -110,11 +94,9 @@ def decide(pending_id: Annotated[str, Path(alias="pendingId", description="pnd_ 
 @router.get(
     PAGE_PATH + "/static/<asset>",
     summary="The inbox page's stylesheet and script",
-    responses=_responses((404,), (400,), **{"200": ASSET}),
+    responses=openapi.static_answers("the page's stylesheet or script"),
 )
-def static(
-    asset: str, v: Annotated[str | None, Query(max_length=64, description="content version")] = None
-) -> Response[str]:
+def static(asset: str, v: openapi.AssetVersion = None) -> Response[str]:
     """One of the page's static files (``inbox.css``, ``inbox.js``); 404 for any other name."""
     from loopengine.channels.inbox import pages as inbox_pages
 

@@ -122,16 +122,7 @@ class LarkAppNotifier(http.HttpNotifier):
         self._token = None
         target = f"{self._where}: {self._display(TOKEN_PATH)}"
         body = http.compact_json({"app_id": self._app_id, "app_secret": self._app_secret})
-        headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
-        response = http.post(
-            self._base + TOKEN_PATH,
-            body,
-            headers,
-            target=target,
-            timeout=self._timeout,
-            transport=self._transport,
-            fail=self._fail,
-        )
+        response = self._post(body, http.json_headers(USER_AGENT), target=target, url=self._base + TOKEN_PATH)
         answer = read_answer(response, target, self._fail)
         token, expire = answer.get("tenant_access_token"), answer.get("expire")
         if not isinstance(token, str) or not token or isinstance(expire, bool) or not isinstance(expire, int):
@@ -146,18 +137,14 @@ class LarkAppNotifier(http.HttpNotifier):
         payload, a token Lark will not give, a non-2xx answer, a non-zero ``code``, a timeout or
         a connection failure.
         """
-        try:
+
+        def build() -> dict[str, Any]:
             card = self._cards.card(notification.event, notification.payload)
             content = json.dumps(card, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-            body = {"receive_id": self._chat_id, "msg_type": "interactive", "content": content}
-            data = http.compact_json(body)
-        except (TypeError, ValueError) as exc:
-            raise self._fail(f"{self._where}: cannot post this {notification.event}: {exc}") from None
-        headers = {
-            "Content-Type": http.JSON_UTF8,
-            "Authorization": f"Bearer {self.tenant_token()}",
-            "User-Agent": USER_AGENT,
-        }
+            return {"receive_id": self._chat_id, "msg_type": "interactive", "content": content}
+
+        data = self._body(notification.event, build)
+        headers = http.json_headers(USER_AGENT, self.tenant_token())
         target = f"{self._where}: {self._display(MESSAGES_PATH)}"
         response = self._post(data, headers, target=target)
         try:

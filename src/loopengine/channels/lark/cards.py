@@ -31,15 +31,14 @@ Everything the model wrote (arguments, reason, question, options, final text) go
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from loopengine.channels.base import clip, text_of
+from loopengine.channels.base import BUTTON_PENDING_ID, check_button, clip, text_of
 from loopengine.channels.magic import token as magic
 from loopengine.domain.base.clock import Clock
-from loopengine.domain.base.errors import InvalidInput
+from loopengine.domain.base.errors import ConfigError, InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.fate import Fate, FateState
 
@@ -61,20 +60,14 @@ MAX_OPTION_BUTTONS = 10
 ANSWER_LIMIT = 2000
 """An option longer than this is not offered as a button (it could not be shown or sent well)."""
 
-_PENDING_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
-
 
 # -- the button values ------------------------------------------------------------------------
 
 
 def button_value(decision: Verdict, pending_id: str, answer: str | None = None) -> JsonDict:
     """The ``value`` of a callback button; ValueError for a bad decision, id or answer."""
-    if decision not in VERDICTS:
-        raise ValueError(f"decision must be one of {VERDICTS}")
-    if not _PENDING_ID.fullmatch(pending_id):
-        raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
-    if (decision == ANSWER) != (answer is not None):
-        raise ValueError("an answer button carries an answer; approve and deny buttons carry none")
+    mismatch = "an answer button carries an answer; approve and deny buttons carry none"
+    check_button("decision", decision, VERDICTS, pending_id, answer is not None, mismatch)
     value: JsonDict = {DECISION_KEY: decision, PENDING_KEY: pending_id}
     if answer is not None:
         value[ANSWER_KEY] = answer
@@ -89,7 +82,7 @@ def parse_button_value(value: Any) -> tuple[Verdict, str, str | None]:
     if decision not in VERDICTS:
         raise InvalidInput("the Lark button value's decision must be 'approve', 'deny' or 'answer'")
     pending_id = value.get(PENDING_KEY)
-    if not isinstance(pending_id, str) or not _PENDING_ID.fullmatch(pending_id):
+    if not isinstance(pending_id, str) or not BUTTON_PENDING_ID.fullmatch(pending_id):
         raise InvalidInput("the Lark button value names no valid pendingId")
     answer = value.get(ANSWER_KEY)
     if decision == ANSWER:
@@ -150,8 +143,8 @@ class CardMaker:
 
     With ``magic_secret`` and ``magic_recipient``, link buttons open a magic-link page valid for
     ``link_ttl`` seconds from ``clock`` time, decided as ``magic_recipient``; otherwise they open
-    the payload's ``resolveUrl``. The senders check the settings
-    (:func:`loopengine.channels.lark.send.card_maker`).
+    the payload's ``resolveUrl``. Half a magic-link setup or a lifetime that is not positive is a
+    :class:`~loopengine.domain.base.errors.ConfigError`.
     """
 
     clock: Clock = field(repr=False)
@@ -159,6 +152,14 @@ class CardMaker:
     magic_recipient: str | None = None
     link_ttl: float = DEFAULT_LINK_TTL
     callback: bool = False
+
+    def __post_init__(self) -> None:
+        """ConfigError unless both halves of a magic-link setup or neither, and a positive lifetime."""
+        magic_secret, magic_recipient = self.magic_secret, self.magic_recipient
+        if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
+            raise ConfigError("notifier lark: magic links need both a secret and a recipient")
+        if self.link_ttl <= 0:
+            raise ConfigError("notifier lark: magic_link_ttl_seconds must be positive")
 
     def link(self, payload: Mapping[str, Any]) -> tuple[str | None, str]:
         """Where the link buttons go, and the note that says what they do."""

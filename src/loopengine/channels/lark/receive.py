@@ -55,13 +55,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
+from loopengine.channels import signing
 from loopengine.channels.lark.cards import Verdict, parse_button_value
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.jsonsafe import parse_json
@@ -76,30 +77,17 @@ URL_VERIFICATION = "url_verification"
 CARD_ACTION = "card.action.trigger"
 
 _SIGNATURE = re.compile(r"[0-9a-fA-F]{64}")
-_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _NONCE = re.compile(r"[\x21-\x7e]{1,128}")
 _OPEN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.:]{0,127}")
 _MAX_ID = 256
 
 
-class LarkRejectReason(StrEnum):
-    """Why a Lark request failed verification."""
-
-    MISSING_HEADER = "missing_header"
-    MALFORMED_HEADER = "malformed_header"
-    STALE_TIMESTAMP = "stale_timestamp"
-    BAD_SIGNATURE = "bad_signature"
-    UNSIGNED = "unsigned"
-    UNREADABLE = "unreadable"
-    BAD_TOKEN = "bad_token"
+LarkRejectReason = signing.RejectReason
+"""Why a Lark request failed verification: a webhook's reasons (Lark's own among them)."""
 
 
-class LarkVerificationError(ValueError):
+class LarkVerificationError(signing.WebhookVerificationError):
     """A Lark request is not signed, encrypted or tokened as the configuration requires."""
-
-    def __init__(self, reason: LarkRejectReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class LarkNotConfigured(ValueError):
@@ -142,6 +130,14 @@ def sign_lark(encrypt_key: str, body: bytes, timestamp: str, nonce: str) -> str:
     return hashlib.sha256((timestamp + nonce + encrypt_key).encode("utf-8") + body).hexdigest()
 
 
+def _headers(timestamp: str | None, nonce: str | None, signature: str | None) -> list[signing.Header]:
+    return [
+        (TIMESTAMP_HEADER, timestamp, signing.UNIX_SECONDS, "must be unix seconds"),
+        (NONCE_HEADER, nonce, _NONCE, "is malformed"),
+        (SIGNATURE_HEADER, signature, _SIGNATURE, "must be 64 hex digits"),
+    ]
+
+
 def check_freshness(
     timestamp: str | None,
     nonce: str | None,
@@ -150,29 +146,7 @@ def check_freshness(
     tolerance: int = DEFAULT_TOLERANCE,
 ) -> int:
     """The checks that need no key: all three headers present and well formed, the timestamp fresh."""
-    if tolerance < 0:
-        raise ValueError("tolerance must not be negative")
-    for name, value in ((TIMESTAMP_HEADER, timestamp), (NONCE_HEADER, nonce), (SIGNATURE_HEADER, signature)):
-        if not value:
-            raise LarkVerificationError(LarkRejectReason.MISSING_HEADER, f"no {name} header")
-    assert timestamp is not None and nonce is not None and signature is not None  # checked above
-    if not _TIMESTAMP.fullmatch(timestamp):
-        raise LarkVerificationError(
-            LarkRejectReason.MALFORMED_HEADER, f"{TIMESTAMP_HEADER} must be unix seconds"
-        )
-    if not _NONCE.fullmatch(nonce):
-        raise LarkVerificationError(LarkRejectReason.MALFORMED_HEADER, f"{NONCE_HEADER} is malformed")
-    if not _SIGNATURE.fullmatch(signature):
-        raise LarkVerificationError(
-            LarkRejectReason.MALFORMED_HEADER, f"{SIGNATURE_HEADER} must be 64 hex digits"
-        )
-    sent = int(timestamp)
-    if abs(now - sent) > tolerance:
-        raise LarkVerificationError(
-            LarkRejectReason.STALE_TIMESTAMP,
-            f"request timestamp is more than {tolerance} s away from the receiver's clock",
-        )
-    return sent
+    return signing.check_headers(_headers(timestamp, nonce, signature), now, tolerance, LarkVerificationError)
 
 
 def verify_signature(
@@ -187,11 +161,9 @@ def verify_signature(
     """Check ``X-Lark-Signature`` over the raw ``body``; LarkVerificationError says why not."""
     if not encrypt_key:
         raise ValueError("the Lark encrypt key must not be empty")
-    check_freshness(timestamp, nonce, signature, now, tolerance)
-    assert timestamp is not None and nonce is not None and signature is not None
-    expected = sign_lark(encrypt_key, body, timestamp, nonce)
-    if not hmac.compare_digest(expected.encode("ascii"), signature.lower().encode("ascii")):
-        raise LarkVerificationError(LarkRejectReason.BAD_SIGNATURE, "signature does not match the body")
+    headers = _headers(timestamp, nonce, signature)
+    sign = functools.partial(sign_lark, encrypt_key, body, timestamp or "", nonce or "")
+    signing.verify_headers(headers, now, tolerance, LarkVerificationError, sign)
 
 
 # -- decryption -----------------------------------------------------------------------------

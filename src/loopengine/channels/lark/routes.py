@@ -37,9 +37,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from loopengine.app import api_models as m
 from loopengine.http import openapi
 
 router = Router()  # type: ignore[no-untyped-call]
@@ -52,21 +50,16 @@ CHANNEL = "lark"
 NOT_AN_APPROVER = "You are not among the approvers"
 
 
-def _error(description: str) -> OpenAPIResponse:
-    return {"description": description, "content": {"application/json": {"model": m.ErrorBody}}}
-
-
-RESPONSES: dict[int, OpenAPIResponse] = {
-    200: {
-        "description": "the URL verification's {challenge}, or what Lark shows: a toast and the card "
-        "that replaces the clicked one",
-        "content": {"application/json": {"schema": {"type": "object"}}},
+RESPONSES = openapi.callback_answers(
+    "the URL verification's {challenge}, or what Lark shows: a toast and the card "
+    "that replaces the clicked one",
+    (400, 413),
+    **{
+        "401": "the signature, timestamp, encryption or verification token check failed",
+        "403": "LOOPENGINE_LARK_APP_ID is not set, or the callback is for another app",
+        "503": "no Verification Token is configured, or the body is encrypted and no Encrypt Key is",
     },
-    **openapi.answers({}, 400, 413, public=True),
-    401: _error("the signature, timestamp, encryption or verification token check failed"),
-    403: _error("LOOPENGINE_LARK_APP_ID is not set, or the callback is for another app"),
-    503: _error("no Verification Token is configured, or the body is encrypted and no Encrypt Key is"),
-}
+)
 
 
 @router.post(

@@ -129,28 +129,6 @@ def read_answer(
     return answer
 
 
-def card_maker(
-    *,
-    clock: Clock,
-    magic_secret: str | None = None,
-    magic_recipient: str | None = None,
-    link_ttl: float = DEFAULT_LINK_TTL,
-    callback: bool = False,
-) -> CardMaker:
-    """The cards' settings, checked: both halves of a magic-link setup or neither, a positive lifetime."""
-    if (magic_secret is None) != (magic_recipient is None) or magic_secret == "" or magic_recipient == "":
-        raise ConfigError("notifier lark: magic links need both a secret and a recipient")
-    if link_ttl <= 0:
-        raise ConfigError("notifier lark: magic_link_ttl_seconds must be positive")
-    return CardMaker(
-        clock=clock,
-        magic_secret=magic_secret,
-        magic_recipient=magic_recipient,
-        link_ttl=link_ttl,
-        callback=callback,
-    )
-
-
 class LarkNotifier(http.HttpNotifier):
     """Posts notifications as cards to one Lark/Feishu custom bot webhook (a ``Notifier``).
 
@@ -163,31 +141,25 @@ class LarkNotifier(http.HttpNotifier):
         *,
         clock: Clock,
         secret: str | None = None,
-        magic_secret: str | None = None,
-        magic_recipient: str | None = None,
-        link_ttl: float = DEFAULT_LINK_TTL,
+        cards: CardMaker | None = None,
         timeout: float = 5.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """Post to ``webhook_url``, signing with ``secret`` (if given) at ``clock`` time.
 
-        With ``magic_secret`` and ``magic_recipient``, cards link to magic-link pages valid for
-        ``link_ttl`` seconds; otherwise to the payload's ``resolveUrl``. ``transport`` replaces
-        httpx's network transport. Raises :class:`~loopengine.domain.base.errors.ConfigError` for a URL that
-        is not https (or http to a loopback host), half a magic-link setup, or a non-positive
-        timeout or link lifetime.
+        ``cards`` (default: link buttons to the payload's ``resolveUrl``, at ``clock`` time) may
+        link to magic-link pages instead. ``transport`` replaces httpx's network transport. Raises
+        :class:`~loopengine.domain.base.errors.ConfigError` for a URL that is not https (or http to a
+        loopback host) or a non-positive timeout.
         """
         host = _check_url(webhook_url)
         if secret is not None and not secret:
             raise ConfigError("notifier lark: the signing secret must not be empty")
         if timeout <= 0:
             raise ConfigError("notifier lark: timeout must be positive")
-        self._cards = card_maker(
-            clock=clock, magic_secret=magic_secret, magic_recipient=magic_recipient, link_ttl=link_ttl
-        )
+        self._cards = cards if cards is not None else CardMaker(clock=clock)
         super().__init__(webhook_url, f"lark {host}", timeout=timeout, transport=transport)
         self._secret = secret
-        self._magic_secret = magic_secret
         self._clock = clock
 
     def card(self, event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,7 +168,7 @@ class LarkNotifier(http.HttpNotifier):
 
     def _fail(self, text: str) -> DeliveryError:
         """A DeliveryError without the URL, its token path or the secrets, however they got in."""
-        return DeliveryError(http.scrub(text, self._secret, self._magic_secret, url=self._url))
+        return DeliveryError(http.scrub(text, self._secret, self._cards.magic_secret, url=self._url))
 
     def send(self, notification: Notification) -> str:
         """Post the card; return ``"lark <scheme://host>"`` once Lark answers ``code`` 0.
@@ -204,7 +176,8 @@ class LarkNotifier(http.HttpNotifier):
         Raises :class:`~loopengine.domain.base.errors.DeliveryError` for an unknown event or unusable payload,
         a non-2xx answer, a non-zero ``code``, a timeout or a connection failure.
         """
-        try:
+
+        def build() -> dict[str, Any]:
             body: dict[str, Any] = {}
             if self._secret is not None:
                 timestamp = int(self._clock.now())
@@ -212,10 +185,10 @@ class LarkNotifier(http.HttpNotifier):
                 body["sign"] = sign(self._secret, timestamp)
             body["msg_type"] = "interactive"
             body["card"] = self.card(notification.event, notification.payload)
-            content = http.compact_json(body)
-        except (TypeError, ValueError) as exc:
-            raise self._fail(f"{self._where}: cannot post this {notification.event}: {exc}") from None
-        headers = {"Content-Type": http.JSON_UTF8, "User-Agent": USER_AGENT}
+            return body
+
+        content = self._body(notification.event, build)
+        headers = http.json_headers(USER_AGENT)
         # not chained: the httpx exception carries the request, and with it the URL
         response = self._post(content, headers, target=self._where)
         read_answer(response, self._where, self._fail)
@@ -243,7 +216,7 @@ def cards_from_config(config: Mapping[str, Any], env: Mapping[str, str], clock: 
     callback = config.get("callback", False)
     if not isinstance(callback, bool):
         raise ConfigError("notifier lark: callback must be true or false")
-    return card_maker(
+    return CardMaker(
         clock=clock,
         magic_secret=magic_secret,
         magic_recipient=recipient,
@@ -273,11 +246,4 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     signing = (
         secret(config, env, "secret", "lark") if ("secret" in config or "secret_env" in config) else None
     )
-    return LarkNotifier(
-        webhook_url,
-        clock=clock,
-        secret=signing,
-        magic_secret=cards.magic_secret,
-        magic_recipient=cards.magic_recipient,
-        link_ttl=cards.link_ttl,
-    )
+    return LarkNotifier(webhook_url, clock=clock, secret=signing, cards=cards)

@@ -36,13 +36,7 @@ from loopengine.domain.principals import typed
 from loopengine.http import root, secrets, web
 from loopengine.http.observability import logger
 
-
-class _Stop(Exception):
-    """Stop handling and answer with this page."""
-
-    def __init__(self, response: Response[str]) -> None:
-        super().__init__(response.status_code)
-        self.response = response
+_Stop = web.Stop
 
 
 def _html(status: int, document: str) -> Response[str]:
@@ -67,19 +61,15 @@ def decide(token: str, event: BaseProxyEvent) -> Response[str]:
 
 def _guarded(run: Callable[[], Response[str]]) -> Response[str]:
     """Turn every failure into a page: bad input is a 4xx page, never a 500 or a stack trace."""
-    try:
-        return run()
-    except _Stop as stop:
-        return stop.response
-    except errors.LoopengineError as exc:
-        status = next((s for cls, s in web.STATUS if isinstance(exc, cls)), 500)
-        if status >= 500:
-            logger.warning("magic link page failed", extra={"error": type(exc).__name__})
-            return _message(status if status != 500 else 503, pages.TRY_AGAIN)
-        return _message(status, pages.cannot_handle(str(exc)))
-    except Exception:
-        logger.exception("magic link page failed")
-        return _message(500, pages.BROKEN)
+    return web.guarded(run, "magic link", _failed, _refused, unavailable=None)
+
+
+def _failed(status: int) -> Response[str]:
+    return _message(status, pages.failure(status))
+
+
+def _refused(status: int, why: str) -> Response[str]:
+    return _message(status, pages.cannot_handle(why))
 
 
 @dataclass(frozen=True, slots=True)

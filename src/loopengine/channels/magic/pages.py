@@ -123,6 +123,12 @@ TRY_AGAIN = _error(
 )
 BROKEN = _error("Something went wrong", "Something went wrong on our side. Please try again later.")
 
+
+def failure(status: int) -> Message:
+    """The page for a failure on our side: 500, something broke; any other status, try again."""
+    return BROKEN if status == 500 else TRY_AGAIN
+
+
 CHOOSE_DECISION = "Choose Approve or Deny."
 NO_ANSWER = "Write an answer (or pick one of the choices)."
 CHANGED = "This request changed since the page was loaded. Review it again below before deciding."

@@ -20,13 +20,11 @@ original.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from loopengine.app.ports import Notification
-from loopengine.channels.aws import MessageNotifier, target_config
-from loopengine.domain.base.clock import Clock
+from loopengine.channels.aws import MessageNotifier
 from loopengine.domain.base.errors import ConfigError
 
 ENV_QUEUE_URL = "LOOPENGINE_SQS_QUEUE_URL"
@@ -41,36 +39,25 @@ class QueueNotifier(MessageNotifier):
     channel = "queue"
     method = "send_message"
     verb = "send"
+    setting = ("queue_url", ENV_QUEUE_URL)
 
-    def __init__(self, queue_url: str, *, region: str | None = None, client: Any = None) -> None:
-        """Target ``queue_url`` (in the region its host names, unless ``region`` says otherwise).
-
-        ``client`` replaces the boto3 SQS client (built on first send otherwise). Raises
-        :class:`~loopengine.domain.base.errors.ConfigError` for something that is not a queue URL.
-        """
-        parts = urlsplit(queue_url)
+    @staticmethod
+    def parse(target: str) -> tuple[str, str | None]:
+        """An SQS queue URL's queue name, and the region its host names (if it does)."""
+        parts = urlsplit(target)
         segments = [s for s in parts.path.split("/") if s]
         if parts.scheme not in ("http", "https") or not parts.hostname or len(segments) != 2:
             raise ConfigError(
-                f"notifier queue: {queue_url!r} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"
+                f"notifier queue: {target!r} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"
             )
         if not _QUEUE_NAME.match(segments[1]):
             raise ConfigError(f"notifier queue: {segments[1]!r} is not an SQS queue name")
         host = _REGION_HOST.match(parts.hostname)
-        region = region or (host and (host.group(1) or host.group(2))) or None
-        super().__init__(segments[1], region=region, client=client)
-        self.queue_url = queue_url
-
-    def __repr__(self) -> str:
-        """Show the queue."""
-        return f"QueueNotifier({self.queue_url!r})"
+        return segments[1], (host and (host.group(1) or host.group(2))) or None
 
     def request(self, notification: Notification, body: str) -> dict[str, Any]:
         """``SendMessage``'s queue and body."""
-        return {"QueueUrl": self.queue_url, "MessageBody": body}
+        return {"QueueUrl": self.target, "MessageBody": body}
 
 
-def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> QueueNotifier:
-    """``{queue_url | queue_url_env (default LOOPENGINE_SQS_QUEUE_URL), region?}``."""
-    url, region = target_config(config, env, "queue", "queue_url", ENV_QUEUE_URL)
-    return QueueNotifier(url, region=region)
+from_config = QueueNotifier.from_config

@@ -25,6 +25,7 @@ Standard library only (plus loopengine's error tree); no clock is read here: cal
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -32,7 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from loopengine.channels.signing import RejectReason, WebhookVerificationError
+from loopengine.channels.signing import (
+    UNIX_SECONDS,
+    Header,
+    RejectReason,
+    WebhookVerificationError,
+    check_headers,
+    verify_headers,
+)
 from loopengine.channels.slack.blocks import (
     ANSWER_ACTION,
     ANSWER_BLOCK,
@@ -94,7 +102,6 @@ DEFAULT_TOLERANCE = 300
 """Seconds the request timestamp may differ from the receiver's clock, either way."""
 
 _SIGNATURE = re.compile(r"v0=([0-9a-fA-F]{64})")
-_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _MAX_FIELDS = 16
 
 
@@ -116,6 +123,13 @@ def sign_slack(signing_secret: str, body: bytes, timestamp: int | str) -> str:
     return f"{VERSION}={mac}"
 
 
+def _headers(timestamp: str | None, signature: str | None) -> list[Header]:
+    return [
+        (TIMESTAMP_HEADER, timestamp, UNIX_SECONDS, "must be unix seconds"),
+        (SIGNATURE_HEADER, signature, _SIGNATURE, "must be v0= and 64 hex digits"),
+    ]
+
+
 def check_freshness(
     timestamp: str | None, signature: str | None, now: float, tolerance: int = DEFAULT_TOLERANCE
 ) -> int:
@@ -125,26 +139,7 @@ def check_freshness(
     runs this first; a receiver may also run it on its own to refuse a request that cannot be a
     current Slack request before it looks at its configuration.
     """
-    if tolerance < 0:
-        raise ValueError("tolerance must not be negative")
-    if not timestamp or not signature:
-        missing = TIMESTAMP_HEADER if not timestamp else SIGNATURE_HEADER
-        raise SlackVerificationError(SlackRejectReason.MISSING_HEADER, f"no {missing} header")
-    if not _TIMESTAMP.fullmatch(timestamp):
-        raise SlackVerificationError(
-            SlackRejectReason.MALFORMED_HEADER, f"{TIMESTAMP_HEADER} must be unix seconds"
-        )
-    if not _SIGNATURE.fullmatch(signature):
-        raise SlackVerificationError(
-            SlackRejectReason.MALFORMED_HEADER, f"{SIGNATURE_HEADER} must be v0= and 64 hex digits"
-        )
-    sent = int(timestamp)
-    if abs(now - sent) > tolerance:
-        raise SlackVerificationError(
-            SlackRejectReason.STALE_TIMESTAMP,
-            f"request timestamp is more than {tolerance} s away from the receiver's clock",
-        )
-    return sent
+    return check_headers(_headers(timestamp, signature), now, tolerance, SlackVerificationError)
 
 
 def verify_slack(
@@ -164,11 +159,8 @@ def verify_slack(
     """
     if not signing_secret:
         raise ValueError("the Slack signing secret must not be empty")
-    check_freshness(timestamp, signature, now, tolerance)
-    assert timestamp is not None and signature is not None  # checked just above
-    expected = sign_slack(signing_secret, body, timestamp)
-    if not hmac.compare_digest(expected, signature.lower()):
-        raise SlackVerificationError(SlackRejectReason.BAD_SIGNATURE, "signature does not match the body")
+    sign = functools.partial(sign_slack, signing_secret, body, timestamp or "")
+    verify_headers(_headers(timestamp, signature), now, tolerance, SlackVerificationError, sign)
 
 
 # -- what a request asks ----------------------------------------------------------------------

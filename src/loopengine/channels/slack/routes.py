@@ -53,9 +53,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from loopengine.app import api_models as m
 from loopengine.http import openapi
 
 router = Router()  # type: ignore[no-untyped-call]
@@ -77,13 +75,14 @@ VIEWS_TIMEOUT = 2.0
 """Seconds per phase for ``views.open`` (the trigger is good for 3 s)."""
 
 
-RESPONSES: dict[int, OpenAPIResponse] = {
-    **openapi.SLACK,
-    403: {
-        "description": "LOOPENGINE_SLACK_TEAM_ID is not set, or the request is from another workspace",
-        "content": {"application/json": {"model": m.ErrorBody}},
+RESPONSES = openapi.callback_answers(
+    "the message Slack shows in place of the buttons (or to the clicker alone)",
+    (400, 503),
+    **{
+        "401": "X-Slack-Signature check failed",
+        "403": "LOOPENGINE_SLACK_TEAM_ID is not set, or the request is from another workspace",
     },
-}
+)
 
 
 @router.post("/integrations/slack/interactions", security=openapi.PUBLIC, responses=RESPONSES)

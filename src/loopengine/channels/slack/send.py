@@ -158,16 +158,11 @@ class SlackNotifier(http.HttpNotifier):
         a non-2xx answer, ``{"ok": false}`` (naming Slack's error code), a timeout or a
         connection failure.
         """
-        try:
-            body = {"channel": self._channel, **message(notification.event, notification.payload)}
-            content = http.compact_json(body)
-        except (TypeError, ValueError) as exc:
-            raise self._fail(f"{self._where}: cannot post this {notification.event}: {exc}") from None
-        headers = {
-            "Content-Type": http.JSON_UTF8,
-            "Authorization": f"Bearer {self._token}",
-            "User-Agent": USER_AGENT,
-        }
+        content = self._body(
+            notification.event,
+            lambda: {"channel": self._channel, **message(notification.event, notification.payload)},
+        )
+        headers = http.json_headers(USER_AGENT, self._token)
         target = f"{self._where}: chat.postMessage at {display(self._url)}"
         # not chained: the httpx exception carries the request, and with it the token
         response = self._post(content, headers, target=target)

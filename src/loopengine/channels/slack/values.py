@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loopengine.channels.base import BUTTON_PENDING_ID, check_button
 from loopengine.domain.base.errors import InvalidInput
 
 Verb = Literal["approve", "deny", "answer", "text"]
@@ -29,7 +30,7 @@ VERBS: tuple[Verb, ...] = (APPROVE, DENY, ANSWER, TEXT)
 MAX_OPTIONS = 20
 """A question with more options than this lists them instead of offering a button for each."""
 
-PENDING_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+PENDING_ID = BUTTON_PENDING_ID
 _OPTION = re.compile(r"0|[1-9][0-9]?")
 
 
@@ -44,12 +45,8 @@ class ButtonValue:
 
 def button_value(verb: Verb, pending_id: str, option: int | None = None) -> str:
     """The ``value`` of a button (see the module docstring); ValueError for a bad verb, id or option."""
-    if verb not in VERBS:
-        raise ValueError(f"verb must be one of {VERBS}")
-    if not PENDING_ID.fullmatch(pending_id):
-        raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
-    if (verb == ANSWER) != (option is not None):
-        raise ValueError("an answer button names an option; the others name none")
+    mismatch = "an answer button names an option; the others name none"
+    check_button("verb", verb, VERBS, pending_id, option is not None, mismatch)
     if option is not None:
         if not 0 <= option < MAX_OPTIONS:
             raise ValueError(f"option must be 0-{MAX_OPTIONS - 1}")

@@ -20,12 +20,10 @@ and credentials come from the function's role, never from the config.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from loopengine.app.ports import Notification
-from loopengine.channels.aws import MessageNotifier, subject_line, target_config
-from loopengine.domain.base.clock import Clock
+from loopengine.channels.aws import MessageNotifier, subject_line
 from loopengine.domain.base.errors import ConfigError
 
 ENV_TOPIC_ARN = "LOOPENGINE_SNS_TOPIC_ARN"
@@ -49,31 +47,21 @@ class SnsNotifier(MessageNotifier):
     channel = "sns"
     method = "publish"
     verb = "publish"
+    setting = ("topic_arn", ENV_TOPIC_ARN)
 
-    def __init__(self, topic_arn: str, *, region: str | None = None, client: Any = None) -> None:
-        """Target ``topic_arn`` (its region unless ``region`` says otherwise).
-
-        ``client`` replaces the boto3 SNS client (built on first send otherwise). Raises
-        :class:`~loopengine.domain.base.errors.ConfigError` for something that is not an SNS topic ARN.
-        """
-        match = _TOPIC_ARN.match(topic_arn)
+    @staticmethod
+    def parse(target: str) -> tuple[str, str | None]:
+        """An SNS topic ARN's topic name and region."""
+        match = _TOPIC_ARN.match(target)
         if match is None:
             raise ConfigError(
-                f"notifier sns: {topic_arn!r} is not an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)"
+                f"notifier sns: {target!r} is not an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)"
             )
-        super().__init__(match.group(3), region=region or match.group(1), client=client)
-        self.topic_arn = topic_arn
-
-    def __repr__(self) -> str:
-        """Show the topic."""
-        return f"SnsNotifier({self.topic_arn!r})"
+        return match.group(3), match.group(1)
 
     def request(self, notification: Notification, body: str) -> dict[str, Any]:
         """``Publish``'s topic, message and subject."""
-        return {"TopicArn": self.topic_arn, "Message": body, "Subject": sns_subject(notification)}
+        return {"TopicArn": self.target, "Message": body, "Subject": sns_subject(notification)}
 
 
-def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) -> SnsNotifier:
-    """``{topic_arn | topic_arn_env (default LOOPENGINE_SNS_TOPIC_ARN), region?}``."""
-    arn, region = target_config(config, env, "sns", "topic_arn", ENV_TOPIC_ARN)
-    return SnsNotifier(arn, region=region)
+from_config = SnsNotifier.from_config
