@@ -1,6 +1,6 @@
 """Stored (camelCase) forms of frozen dataclasses: one codec instead of a ``to_dict``/``from_dict`` each.
 
-A :class:`Stored` reads its record's fields once (``dataclasses.fields`` and their resolved types) and
+A :class:`Stored` reads its record's fields once (``dataclasses.fields`` and their annotations, evaluated) and
 writes each field under its camelCase name, in field order, with what its type implies: a tuple is
 stored as a list, an enum as its value; read back, a ``float``/``int``/``bool`` field is coerced (a
 number from DynamoDB or JSON may come back as the other kind), a tuple rebuilt, a dict copied, an
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -102,7 +103,7 @@ class Stored(Generic[T]):
         fallback: Mapping[str, Any] | None = None,
     ) -> None:
         assert dataclasses.is_dataclass(cls)
-        hints = typing.get_type_hints(cls)
+        hints = inspect.get_annotations(cls, eval_str=True)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         head, tail, kept, older = list(first), list(last), set(always), fallback or {}
         order = head + [n for n in fields if n not in head and n not in tail] + tail
