@@ -1,15 +1,16 @@
 """Stored (camelCase) forms of frozen dataclasses: one codec instead of a ``to_dict``/``from_dict`` each.
 
-A :class:`Stored` reads its record's fields once (``dataclasses.fields`` and their annotations, evaluated) and
-writes each field under its camelCase name, in field order, with what its type implies: a tuple is
-stored as a list, an enum as its value; read back, a ``float``/``int``/``bool`` field is coerced (a
-number from DynamoDB or JSON may come back as the other kind), a tuple rebuilt, a dict copied, an
-enum parsed. A field with a default is left out of the stored form while it holds that default (the
-record stays small: a DynamoDB write is billed per KB) unless it is named in ``always``; absent or
-null, it reads back as its default. What differs per record is said where it is built: ``keys``
-(a stored name that is not the camelCase one), ``first``/``last`` (fields stored before or after the
-others, so existing records keep their bytes), ``convert`` (how a nested record is written and read) and
-``fallback`` (what a required field reads as when an older record lacks it).
+A :class:`Stored` reads its record's fields once (``dataclasses.fields``, annotations evaluated by
+``inspect.get_annotations``) and writes each field under its camelCase name, in field order, as its
+type implies: a tuple is stored as a list, an enum as its value; read back, a ``float``/``int``/
+``bool`` field is coerced (a number from DynamoDB or JSON may come back as the other kind), a tuple
+rebuilt, a dict copied, an enum parsed. A field with a default is left out of the stored form while
+it holds that default (the record stays small: a DynamoDB write is billed per KB) unless it is named
+in ``always``; absent or null, it reads back as its default. What differs per record is said where
+it is built: ``keys`` (a stored name that is not the camelCase one), ``first``/``last`` (fields
+stored before or after the others, so existing records keep their bytes), ``convert`` (how a nested
+record is written and read) and ``fallback`` (what a required field reads as when an older record
+lacks it). tests/test_stored_forms.py pins the bytes.
 """
 
 from __future__ import annotations
