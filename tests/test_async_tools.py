@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopengine import Tool, ToolContext, tool_from_model
-from loopengine.app.worker.batch import run_call
+from loopengine.app.worker.batch import Call, run_call
 from loopengine.app.worker.tool_calls import GRACE
 from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import ToolUseBlock
@@ -109,7 +109,7 @@ def test_two_workers_racing_for_one_async_call_run_it_once(tmp_path: Path) -> No
         cfg = agent("shop", [tool_from_model("charge", "Charge.", Charge, charge)], ASK)
         with opened(db, cfg, model=one_call(), inline=False) as h:
             inside.wait()
-            answers.append(run_call(h.rt, cfg, turn, ToolUseBlock("c1", "charge", {"x": 5})).result)
+            answers.append(run_call(h.rt, cfg, turn, Call(ToolUseBlock("c1", "charge", {"x": 5}))).result)
 
     db = tmp_path / "race.db"
     cfg = agent("shop", [tool_from_model("charge", "Charge.", Charge, charge)], ASK)

@@ -20,7 +20,16 @@ from loopengine.authoring.mcp import McpServerModel, covered, mcp_names, mcp_pro
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.base.yaml_lines import Lines, Problem
 from loopengine.domain.notifications import EVENTS as EVENTS  # re-exported
-from loopengine.domain.rules import Duration, JsonValue, NonEmpty, OnExpiry, RulesFile, Strict, location
+from loopengine.domain.rules import (
+    Duration,
+    JsonValue,
+    NonEmpty,
+    OnExpiry,
+    RulesFile,
+    Strict,
+    expiry_needs_ttl,
+    location,
+)
 
 AGENT_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"
 """Route names: letters, digits, ``-`` and ``_``, up to 63 characters."""
@@ -116,11 +125,7 @@ class AgentFile(Strict):
     provider: Literal["anthropic", "bedrock"] | None = None
     context: ContextModel | None = None
 
-    @model_validator(mode="after")
-    def _expiry_needs_ttl(self) -> Self:
-        if self.on_expiry is not None and self.pending_ttl is None:
-            raise ValueError("on_expiry needs a pending_ttl")
-        return self
+    _expiry_needs_ttl = model_validator(mode="after")(expiry_needs_ttl)
 
     @model_validator(mode="after")
     def _window_holds_an_answer(self) -> Self:

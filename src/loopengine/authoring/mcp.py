@@ -37,6 +37,7 @@ from loopengine.authoring.mcp_transport import Command, EnvName, Headers, Url, t
 from loopengine.authoring.tools import ASK_USER, Tool, ToolFn
 from loopengine.domain.base.errors import LoopengineError
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 from loopengine.domain.rules import Duration, NonEmpty, Strict
 
 SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
@@ -224,21 +225,16 @@ def schema_hash(name: str, description: str, input_schema: JsonDict) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class McpPin:
+class McpPin(StoredForm):
     """What a turn pinned about one MCP tool: which server, the server's tool name, and its hash."""
 
     server: str
     tool: str
     schema_hash: str
 
-    def to_dict(self) -> JsonDict:
-        """The snapshot form (the ``mcp`` key of the tool's entry)."""
-        return {"server": self.server, "tool": self.tool, "schemaHash": self.schema_hash}
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> McpPin:
-        """Read :meth:`to_dict` back."""
-        return McpPin(str(d["server"]), str(d["tool"]), str(d["schemaHash"]))
+McpPin.stored = Stored(McpPin)
+"""The snapshot form (the ``mcp`` key of the tool's entry): ``server``, ``tool``, ``schemaHash``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from typing import Literal, TypedDict
 from loopengine.domain import outcomes
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 from loopengine.domain.decisions import (
     Abandoned,
     Answer,
@@ -43,7 +44,7 @@ Kind = Literal["approval", "question"]
 
 
 @dataclass(frozen=True, slots=True)
-class PendingItem:
+class PendingItem(StoredForm):
     """One call waiting for a human."""
 
     pending_id: str
@@ -57,40 +58,15 @@ class PendingItem:
     expires_at: float | None = None
     on_expiry: str = "unknown"
 
-    def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form (no expiry and no approvers are left out: ``from_dict``'s defaults)."""
-        return {
-            **({"expiresAt": self.expires_at} if self.expires_at is not None else {}),
-            **({"onExpiry": self.on_expiry} if self.on_expiry != "unknown" else {}),
-            "pendingId": self.pending_id,
-            "toolUseId": self.tool_use_id,
-            "tool": self.tool,
-            "args": self.args,
-            "reason": self.reason,
-            "kind": self.kind,
-            "argsHash": self.args_hash,
-            **({"approvers": list(self.approvers)} if self.approvers else {}),
-        }
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> PendingItem:
-        """Parse the stored form."""
-        return PendingItem(
-            pending_id=d["pendingId"],
-            tool_use_id=d["toolUseId"],
-            tool=d["tool"],
-            args=d["args"],
-            reason=d["reason"],
-            kind=d.get("kind", "approval"),
-            args_hash=d.get("argsHash", ""),
-            approvers=tuple(d.get("approvers") or ()),
-            expires_at=d.get("expiresAt"),
-            on_expiry=d.get("onExpiry", "unknown"),
-        )
+PendingItem.stored = Stored(
+    PendingItem, first=("expires_at", "on_expiry"), fallback={"kind": "approval", "args_hash": ""}
+)
+"""No expiry and no approvers are left out of the stored form."""
 
 
 @dataclass(frozen=True, slots=True)
-class TurnCheckpoint:
+class TurnCheckpoint(StoredForm):
     """A paused batch; see the module docstring."""
 
     id: str
@@ -127,50 +103,33 @@ class TurnCheckpoint:
         """Every pendingId this checkpoint ever handed out."""
         return [d.pending_id for d in self.decisions] + list(self.outstanding)
 
-    def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form."""
-        return {
-            "id": self.id,
-            "turnId": self.turn_id,
-            "sessionId": self.session_id,
-            "agent": self.agent,
-            "tenant": self.tenant,
-            "resultsSoFar": [b.to_dict() for b in self.results_so_far],
-            "outstanding": {k: v.to_dict() for k, v in self.outstanding.items()},
-            **({"approved": {k: v.to_dict() for k, v in self.approved.items()}} if self.approved else {}),
-            **({"closed": True} if self.closed else {}),
-            **({"denied": True} if self.denied else {}),
-            **({"decisions": [d.to_dict() for d in self.decisions]} if self.decisions else {}),
-            "createdAt": self.created_at,
-            "version": self.version,
-            **({"answerAt": self.answer_at, "order": list(self.order)} if self.answer_at >= 0 else {}),
-        }
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> TurnCheckpoint:
-        """Parse the stored form."""
-        results = []
-        for raw in d.get("resultsSoFar", []):
-            block = block_from_dict(raw)
-            assert isinstance(block, ToolResultBlock)
-            results.append(block)
-        return TurnCheckpoint(
-            id=d["id"],
-            turn_id=d["turnId"],
-            session_id=d["sessionId"],
-            agent=d["agent"],
-            tenant=d.get("tenant", ""),
-            results_so_far=tuple(results),
-            outstanding={k: PendingItem.from_dict(v) for k, v in d["outstanding"].items()},
-            approved={k: PendingItem.from_dict(v) for k, v in d.get("approved", {}).items()},
-            closed=bool(d.get("closed", False)),
-            denied=bool(d.get("denied", False)),
-            decisions=tuple(decision_from_dict(r) for r in d.get("decisions", [])),
-            created_at=float(d["createdAt"]),
-            version=int(d.get("version", 0)),
-            answer_at=int(d.get("answerAt", -1)),
-            order=tuple(d.get("order", ())),
-        )
+def _items(items: dict[str, PendingItem]) -> JsonDict:
+    return {k: v.to_dict() for k, v in items.items()}
+
+
+def _items_of(stored: JsonDict) -> dict[str, PendingItem]:
+    return {k: PendingItem.from_dict(v) for k, v in stored.items()}
+
+
+def _results_of(stored: list[JsonDict]) -> tuple[ToolResultBlock, ...]:
+    blocks = tuple(block_from_dict(raw) for raw in stored)
+    assert all(isinstance(b, ToolResultBlock) for b in blocks)
+    return blocks  # type: ignore[return-value]
+
+
+TurnCheckpoint.stored = Stored(
+    TurnCheckpoint,
+    always=("version",),
+    last=("created_at", "version", "answer_at", "order"),
+    convert={
+        "results_so_far": (lambda blocks: [b.to_dict() for b in blocks], _results_of),
+        "outstanding": (_items, _items_of),
+        "approved": (_items, _items_of),
+        "decisions": (lambda ds: [d.to_dict() for d in ds], lambda ds: tuple(map(decision_from_dict, ds))),
+    },
+    fallback={"tenant": "", "results_so_far": ()},
+)
 
 
 def reply(cp: TurnCheckpoint) -> Message:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopengine.domain.base.errors import InvalidInput
-from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 
 TTL_SECONDS = 24 * 3600
 """How long a key is remembered (Stripe keeps them 24 h too)."""
@@ -39,7 +39,7 @@ class IdempotencyMismatch(InvalidInput):
 
 
 @dataclass(frozen=True, slots=True)
-class IdempotencyRecord:
+class IdempotencyRecord(StoredForm):
     """A key that created a turn: ``key`` is the scoped hash, never the client's text."""
 
     key: str
@@ -48,22 +48,8 @@ class IdempotencyRecord:
     created_at: float
     expires_at: float
 
-    def to_dict(self) -> JsonDict:
-        """Stored form."""
-        return {
-            "key": self.key,
-            "requestHash": self.request_hash,
-            "turnId": self.turn_id,
-            "createdAt": self.created_at,
-            "expiresAt": self.expires_at,
-        }
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> IdempotencyRecord:
-        """Parse the stored form."""
-        return IdempotencyRecord(
-            d["key"], d["requestHash"], d["turnId"], float(d["createdAt"]), float(d["expiresAt"])
-        )
+IdempotencyRecord.stored = Stored(IdempotencyRecord)
 
 
 @dataclass(frozen=True, slots=True)

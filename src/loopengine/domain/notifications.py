@@ -89,14 +89,21 @@ NotificationEvent = Annotated[
 EVENTS = ("approval", "question", "run_start", "run_finish")
 
 
-def for_item(turn: TurnRecord, item: PendingItem, public_url: str) -> ApprovalEvent | QuestionEvent:
-    """The ``approval`` or ``question`` event for one pending item."""
-    base = public_url.rstrip("/")
-    common: dict[str, Any] = {
+def _of(turn: TurnRecord) -> dict[str, Any]:
+    """The fields every event takes from its turn (:class:`_Event`'s)."""
+    return {
         "turn_id": turn.turn_id,
         "session_id": turn.session_id,
         "agent": turn.agent,
         "tenant": turn.tenant,
+    }
+
+
+def for_item(turn: TurnRecord, item: PendingItem, public_url: str) -> ApprovalEvent | QuestionEvent:
+    """The ``approval`` or ``question`` event for one pending item."""
+    base = public_url.rstrip("/")
+    common: dict[str, Any] = {
+        **_of(turn),
         "pending_id": item.pending_id,
         "args_hash": item.args_hash,
         "reason": item.reason,
@@ -112,26 +119,12 @@ def for_item(turn: TurnRecord, item: PendingItem, public_url: str) -> ApprovalEv
 
 def run_start(turn: TurnRecord, trigger: str) -> RunStartEvent:
     """The ``run_start`` event of a turn that starts or resumes."""
-    return RunStartEvent(
-        turn_id=turn.turn_id,
-        session_id=turn.session_id,
-        agent=turn.agent,
-        tenant=turn.tenant,
-        trigger=trigger,
-    )
+    return RunStartEvent(**_of(turn), trigger=trigger)
 
 
 def run_finish(turn: TurnRecord, stop_reason: str, text: str | None) -> RunFinishEvent:
     """The ``run_finish`` event of a finished turn."""
-    return RunFinishEvent(
-        turn_id=turn.turn_id,
-        session_id=turn.session_id,
-        agent=turn.agent,
-        tenant=turn.tenant,
-        stop_reason=stop_reason,
-        text=text,
-        trigger=turn.trigger,
-    )
+    return RunFinishEvent(**_of(turn), stop_reason=stop_reason, text=text, trigger=turn.trigger)
 
 
 def parse(document: JsonDict) -> ApprovalEvent | QuestionEvent | RunStartEvent | RunFinishEvent:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 
 FIRST_RETRY_SECONDS = 30.0
 """The writer tries at once; the sweep leaves a record alone this long (the writer's attempt)."""
@@ -37,7 +38,7 @@ MAX_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True)
-class OutboxRecord:
+class OutboxRecord(StoredForm):
     """One notification to deliver to one target (``due_at`` None once delivered, dropped or given up).
 
     ``target``: the target's key in the config ``config_hash`` (``None``: a record from before
@@ -64,42 +65,8 @@ class OutboxRecord:
         """The record's id in the stores: ``eventId#target`` (just ``eventId`` for a record without one)."""
         return self.event_id if self.target is None else f"{self.event_id}#{self.target}"
 
-    def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form."""
-        return {
-            "eventId": self.event_id,
-            "turnId": self.turn_id,
-            "agent": self.agent,
-            "configHash": self.config_hash,
-            "event": self.event,
-            "payload": self.payload,
-            "createdAt": self.created_at,
-            "attempts": self.attempts,
-            "state": self.state,
-            "dueAt": self.due_at,
-            "lastError": self.last_error,
-            **({"held": True} if self.held else {}),
-            **({"target": self.target} if self.target is not None else {}),
-        }
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> OutboxRecord:
-        """Parse the stored form."""
-        return OutboxRecord(
-            event_id=d["eventId"],
-            turn_id=d["turnId"],
-            agent=d["agent"],
-            config_hash=d["configHash"],
-            event=d["event"],
-            payload=dict(d["payload"]),
-            created_at=float(d["createdAt"]),
-            attempts=int(d.get("attempts", 0)),
-            state=d.get("state", "pending"),
-            due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
-            last_error=d.get("lastError"),
-            held=bool(d.get("held", False)),
-            target=d.get("target"),
-        )
+OutboxRecord.stored = Stored(OutboxRecord, always=("attempts", "state", "due_at", "last_error"))
 
 
 def new_record(

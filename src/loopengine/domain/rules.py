@@ -12,7 +12,7 @@ import math
 import re
 import types
 import typing
-from typing import Annotated, Any, Literal, Self, Union, get_args
+from typing import Annotated, Any, Literal, Protocol, Self, TypeVar, Union, get_args
 
 from pydantic import (
     AfterValidator,
@@ -111,6 +111,21 @@ class WhenModel(Strict):
         return self
 
 
+class _Expiring(Protocol):
+    on_expiry: object
+    pending_ttl: object
+
+
+E = TypeVar("E", bound=_Expiring)
+
+
+def expiry_needs_ttl(model: E) -> E:
+    """``on_expiry`` comes with a ``pending_ttl`` (a rule's or agent.yaml's): an ``after`` validator."""
+    if model.on_expiry is not None and model.pending_ttl is None:
+        raise ValueError("on_expiry needs a pending_ttl")
+    return model
+
+
 class RuleModel(Strict):
     """One rule: which tool, under which condition, decides what (and who may approve)."""
 
@@ -122,11 +137,7 @@ class RuleModel(Strict):
     pending_ttl: Duration | None = None
     on_expiry: OnExpiry | None = None
 
-    @model_validator(mode="after")
-    def _expiry_needs_ttl(self) -> Self:
-        if self.on_expiry is not None and self.pending_ttl is None:
-            raise ValueError("on_expiry needs a pending_ttl")
-        return self
+    _expiry_needs_ttl = model_validator(mode="after")(expiry_needs_ttl)
 
 
 class RulesFile(Strict):

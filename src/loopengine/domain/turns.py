@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from loopengine.domain.base.ids import session_key
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 from loopengine.domain.tokens.metering import Metered
 
 
@@ -46,7 +47,7 @@ class StopReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class TurnRecord:
+class TurnRecord(StoredForm):
     """One turn: the work on one user message, until it finishes.
 
     ``start_seq`` is the index in the session history of the turn's first message; ``verdicts``
@@ -84,12 +85,12 @@ class TurnRecord:
     stop_requested: StopReason | None = None
     sticky_tools: tuple[str, ...] = ()
     queued_message: str | None = None
+    queued_behind: bool = False
+    scoped_session: bool = False
     runner: str | None = None
     due_at: float | None = None
     model_failures: int = 0
     live: bool = False
-    queued_behind: bool = False
-    scoped_session: bool = False
     metered: Metered = field(default_factory=Metered)
     counted: Metered = field(default_factory=Metered)
     version: int = 0
@@ -103,82 +104,19 @@ class TurnRecord:
         """
         return session_key(self.tenant, self.session_id) if self.scoped_session else self.session_id
 
-    def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form; an optional field at its default is left out.
 
-        ``from_dict`` restores it, and the record stays small (a DynamoDB write is billed per KB).
-        """
-        optional = {
-            "stopReason": self.stop_reason.value if self.stop_reason else None,
-            "text": self.text,
-            "checkpointId": self.checkpoint_id,
-            "verdicts": self.verdicts,
-            "leaseUntil": self.lease_until,
-            "codeVersion": self.code_version,
-            "updatedAt": self.updated_at,
-            "stopRequested": self.stop_requested.value if self.stop_requested else None,
-            "stickyTools": list(self.sticky_tools),
-            "queuedMessage": self.queued_message,
-            "queuedBehind": self.queued_behind,
-            "scopedSession": self.scoped_session,
-            "runner": self.runner,
-            "dueAt": self.due_at,
-            "modelFailures": self.model_failures,
-            "live": self.live,
-            "usage": self.metered.packed() if self.metered else None,
-            "counted": self.counted.packed() if self.counted else None,
-        }
-        return {
-            "turnId": self.turn_id,
-            "sessionId": self.session_id,
-            "agent": self.agent,
-            "tenant": self.tenant,
-            "configHash": self.config_hash,
-            "startSeq": self.start_seq,
-            "createdAt": self.created_at,
-            "trigger": self.trigger,
-            "status": self.status.value,
-            **{k: v for k, v in optional.items() if v not in (None, False, 0, 0.0, [], {})},
-            "version": self.version,
-        }
-
-    @staticmethod
-    def from_dict(d: JsonDict) -> TurnRecord:
-        """Parse the stored form."""
-        return TurnRecord(
-            turn_id=d["turnId"],
-            session_id=d["sessionId"],
-            agent=d["agent"],
-            tenant=d.get("tenant", ""),
-            config_hash=d["configHash"],
-            start_seq=int(d["startSeq"]),
-            created_at=float(d["createdAt"]),
-            trigger=d.get("trigger", "message"),
-            status=TurnStatus(d.get("status", "running")),
-            stop_reason=StopReason(d["stopReason"]) if d.get("stopReason") else None,
-            text=d.get("text"),
-            checkpoint_id=d.get("checkpointId"),
-            verdicts=dict(d.get("verdicts") or {}),
-            lease_until=float(d.get("leaseUntil", 0.0)),
-            code_version=d.get("codeVersion"),
-            updated_at=float(d.get("updatedAt", 0.0)),
-            stop_requested=StopReason(d["stopRequested"]) if d.get("stopRequested") else None,
-            sticky_tools=tuple(d.get("stickyTools") or ()),
-            queued_message=d.get("queuedMessage"),
-            runner=d.get("runner"),
-            due_at=float(d["dueAt"]) if d.get("dueAt") is not None else None,
-            model_failures=int(d.get("modelFailures", 0)),
-            live=bool(d.get("live", False)),
-            queued_behind=bool(d.get("queuedBehind", False)),
-            scoped_session=bool(d.get("scopedSession", False)),
-            metered=Metered.unpacked(d.get("usage")),
-            counted=Metered.unpacked(d.get("counted")),
-            version=int(d.get("version", 0)),
-        )
+TurnRecord.stored = Stored(
+    TurnRecord,
+    always=("trigger", "status", "version"),
+    keys={"metered": "usage"},
+    convert={"metered": (Metered.packed, Metered.unpacked), "counted": (Metered.packed, Metered.unpacked)},
+    fallback={"tenant": ""},
+)
+"""An optional field at its default is left out (a DynamoDB write is billed per KB)."""
 
 
 @dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(StoredForm):
     """A tool call's execution record: started (claimed) before it runs, outcome after.
 
     ``result`` is the tool_result block in Messages API form; ``None`` while the call is running or
@@ -193,30 +131,8 @@ class CallRecord:
     result: JsonDict | None = None
     finished_at: float | None = None
 
-    def to_dict(self) -> JsonDict:
-        """Stored (camelCase) form."""
-        return {
-            "turnId": self.turn_id,
-            "toolUseId": self.tool_use_id,
-            "tool": self.tool,
-            "startedAt": self.started_at,
-            "outcome": self.outcome,
-            "result": self.result,
-            "finishedAt": self.finished_at,
-        }
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> CallRecord:
-        """Parse the stored form."""
-        return CallRecord(
-            turn_id=d["turnId"],
-            tool_use_id=d["toolUseId"],
-            tool=d["tool"],
-            started_at=float(d["startedAt"]),
-            outcome=d.get("outcome"),
-            result=d.get("result"),
-            finished_at=d.get("finishedAt"),
-        )
+CallRecord.stored = Stored(CallRecord, always=("outcome", "result", "finished_at"))
 
 
 @dataclass(frozen=True, slots=True)

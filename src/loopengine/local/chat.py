@@ -24,6 +24,7 @@ import select
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TextIO
 
@@ -72,25 +73,20 @@ class Streamed:
         return None
 
 
+@dataclass
 class Chat:
-    """One terminal conversation with one agent."""
+    """One terminal conversation with one agent (printing to ``out``, reading ``inp``)."""
 
-    def __init__(
-        self,
-        client: Client,
-        agent: str,
-        session_id: str | None = None,
-        live_wait: float | None = None,
-        out: TextIO | None = None,
-        inp: TextIO | None = None,
-    ) -> None:
-        self.client, self.agent, self.session_id = client, agent, session_id
-        self.live_wait = live_wait
-        self.out, self.inp = out or sys.stdout, inp or sys.stdin
-        self.mine: set[str] = set()
-        self.streamed = Streamed()
-        self.auth_hint: str | None = None
-        """How the printed curl lines authenticate (never the password itself)."""
+    client: Client
+    agent: str
+    session_id: str | None = None
+    live_wait: float | None = None
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    inp: TextIO = field(default_factory=lambda: sys.stdin)
+    mine: set[str] = field(default_factory=set)
+    streamed: Streamed = field(default_factory=Streamed)
+    auth_hint: str | None = None
+    """How the printed curl lines authenticate (never the password itself)."""
 
     def say(self, text: str) -> None:
         """Print one line."""

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from loopengine.app import views
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker
+from loopengine.app.outcome import TurnOutcome
 from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import DEFAULT_DB, build_runtime
 from loopengine.channels.webhook.verify import ReceivedWebhook, WebhookReceiver
@@ -114,6 +115,20 @@ def _show_pause(out: Any, t: Transcript) -> None:
         t.detail(f"  pendingId: {item.pending_id}")
 
 
+def _post(engine: Engine, t: Transcript, message: str) -> TurnOutcome:
+    t.say(f'POST /agents/{AGENT}/messages  {{"message": "{message}"}}')
+    return engine.send_message(AGENT, message)
+
+
+def _parked(engine: Engine, rx: WebhookReceiver, t: Transcript, message: str, approvals: int) -> TurnOutcome:
+    """Post ``message``; show the pause it comes to and its ``approvals`` approval webhooks."""
+    out = _post(engine, t, message)
+    _show_pause(out, t)
+    for _ in range(approvals):
+        _webhook(rx, "approval", t)
+    return out
+
+
 def _ran(engine: Engine, turn_id: str) -> list[str]:
     events = engine.rt.stores.turns.events(turn_id)
     return [f"{e['tool']}: {e['outcome']}" for e in events if e["type"] == "tool_outcome"]
@@ -121,9 +136,7 @@ def _ran(engine: Engine, turn_id: str) -> list[str]:
 
 def _walkthrough(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     t.title("1. a message comes in, nobody watching")
-    message = "Order A-1001 arrived broken, please refund it."
-    t.say(f'POST /agents/{AGENT}/messages  {{"message": "{message}"}}')
-    out = engine.send_message(AGENT, message)
+    out = _post(engine, t, "Order A-1001 arrived broken, please refund it.")
     turn_id = out.turn_id
     t.detail("tool calls that ran on their own: " + ", ".join(_ran(engine, turn_id)))
     _show_pause(out, t)
@@ -172,11 +185,7 @@ def _walkthrough(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
 def _cascade(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     t.title("3. cascade-skip: two pending calls in one batch, one denied")
     message = "Order A-1001 arrived broken. Refund it and email me the confirmation right away."
-    t.say(f'POST /agents/{AGENT}/messages  {{"message": "{message}"}}')
-    out = engine.send_message(AGENT, message)
-    _show_pause(out, t)
-    _webhook(rx, "approval", t)
-    _webhook(rx, "approval", t)
+    out = _parked(engine, rx, t, message, approvals=2)
     refund = next(p for p in out.pending if p.tool == "issue_refund")
     email = next(p for p in out.pending if p.tool == "send_email")
     comment = "Refunds over 200 USD need a manager's sign-off."
@@ -206,11 +215,7 @@ def _cascade(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
 
 def _moved_on(engine: Engine, rx: WebhookReceiver, t: Transcript) -> bool:
     t.title("4. the user moves on: a new message supersedes the wait")
-    first = "Order A-1001 arrived broken, please refund it."
-    t.say(f'POST /agents/{AGENT}/messages  {{"message": "{first}"}}')
-    out = engine.send_message(AGENT, first)
-    _show_pause(out, t)
-    _webhook(rx, "approval", t)
+    out = _parked(engine, rx, t, "Order A-1001 arrived broken, please refund it.", approvals=1)
     parked = out.pending[0]
     second = "Actually, order A-1002: where is it?"
     t.say(f'same session, a new message: {{"message": "{second}", "sessionId": "{out.session_id}"}}')

@@ -29,7 +29,7 @@ import itertools
 from loopengine.app.ports import Compact
 from loopengine.domain.messages import Message
 from loopengine.domain.tokens.context_window import Compaction, History
-from loopengine.domain.tokens.metering import DailyUsage, Metered, Tally
+from loopengine.domain.tokens.metering import PACKED, DailyUsage, Metered, Tally
 from loopengine.domain.tokens.usage import Usage
 from loopengine.stores.dynamodb_codec import Item, key, n, shard_of
 from loopengine.stores.dynamodb_table import DynamoTable
@@ -39,28 +39,14 @@ LATEST = "MSG#~C"
 MARKER = "CMP#"
 PAGE = 64
 """Items per page of the backwards read of a session (the first page is most steps' whole read)."""
-_COUNTS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "model_calls",
-)
 Action = dict[str, object]
 
 
 def tally_action(table: DynamoTable, tally: Tally) -> Action:
     """Add ``tally`` to its counter (created at zero by ``ADD`` if absent)."""
-    u, calls = tally.metered.usage, tally.metered.model_calls
-    values = (
-        u.input_tokens,
-        u.output_tokens,
-        u.cache_creation_input_tokens,
-        u.cache_read_input_tokens,
-        calls,
-    )
-    names = {f"#c{i}": name for i, name in enumerate(_COUNTS)}
-    adds = ", ".join(f"#c{i} :c{i}" for i in range(len(_COUNTS)))
+    values = tally.metered.packed()
+    names = {f"#c{i}": name for i, name in enumerate(PACKED)}
+    adds = ", ".join(f"#c{i} :c{i}" for i in range(len(PACKED)))
     pk = f"USAGE#{tally.tenant}#{shard_of(tally.turn_id, table.shards)}"
     return {
         "Update": {
@@ -83,7 +69,7 @@ def daily_usage(table: DynamoTable, tenant: str, day: str, agent: str | None) ->
     by_agent: dict[str, Metered] = {}
     for item in items:
         name = item["sk"]["S"].removeprefix(f"{day}#")
-        i, o, w, r, calls = (int(item.get(c, {}).get("N", "0")) for c in _COUNTS)
+        i, o, w, r, calls = (int(item.get(c, {}).get("N", "0")) for c in PACKED)
         by_agent[name] = by_agent.get(name, Metered()) + Metered(Usage(i, o, w, r), calls)
     return [DailyUsage(tenant, name, day, by_agent[name]) for name in sorted(by_agent)]
 

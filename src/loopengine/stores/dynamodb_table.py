@@ -61,12 +61,12 @@ class Condition:
 
     def params(self) -> dict[str, Any]:
         """The request parameters for this condition."""
-        out: dict[str, Any] = {"ConditionExpression": self.expression}
-        if self.names:
-            out["ExpressionAttributeNames"] = self.names
-        if self.values:
-            out["ExpressionAttributeValues"] = self.values
-        return out
+        out = {
+            "ConditionExpression": self.expression,
+            "ExpressionAttributeNames": self.names,
+            "ExpressionAttributeValues": self.values,
+        }
+        return {k: v for k, v in out.items() if v}
 
 
 ABSENT = Condition("attribute_not_exists(pk)")

@@ -30,7 +30,7 @@ from loopengine.domain.gate import Decision, Verdict
 from loopengine.domain.messages import ToolResultBlock, ToolUseBlock, block_from_dict
 from loopengine.domain.notifications import ApprovalEvent, QuestionEvent
 from loopengine.domain.policy import Expiry
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, StopReason, TurnRecord
 
 T = TypeVar("T")
 
@@ -136,15 +136,22 @@ class Ran:
     event: JsonDict | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One tool call to run, and what its :class:`ToolContext` tells the tool.
+
+    ``use``: the model's call with the arguments that run; ``edited``: a reviewer changed them;
+    ``approval``: the person's decision; ``proposed``: the model's arguments before the edit.
+    """
+
+    use: ToolUseBlock
+    edited: bool = False
+    approval: Approve | None = None
+    proposed: JsonDict | None = None
+
+
 def run_call(
-    rt: Runtime,
-    config: AgentConfig,
-    turn: TurnRecord,
-    use: ToolUseBlock,
-    edited: bool = False,
-    approval: Approve | None = None,
-    proposed: JsonDict | None = None,
-    claim: CallRecord | None = None,
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, call: Call, claim: CallRecord | None = None
 ) -> Ran:
     """Run one call at most once: claimed before it runs, the outcome handed back to record.
 
@@ -152,12 +159,11 @@ def run_call(
     the resume's claim); without one the call is claimed here on its own. A call already finished
     returns its recorded result; a call already started with no outcome (the process died
     mid-call) is never re-run: its result is ``unknown``. The tool runs within its timeout and gets
-    a :class:`ToolContext` if it asks (``approval``: the person's decision, ``proposed``: the
-    model's arguments before a reviewer edited them); a call that timed out or was left running
-    when the turn stopped is ``unknown`` too. The outcome's audit event carries the call's
+    a :class:`ToolContext` if it asks (see :class:`Call`); a call that timed out or was left
+    running when the turn stopped is ``unknown`` too. The outcome's audit event carries the call's
     idempotency key.
     """
-    turns, clock = rt.stores.turns, rt.stores.clock
+    turns, clock, use = rt.stores.turns, rt.stores.clock, call.use
     key = idempotency_key(turn.tenant, turn.turn_id, use.id)
     record = claim or claim_of(turn, use, clock.now())
     if claim is None and not turns.start_call(record):
@@ -166,7 +172,7 @@ def run_call(
             return Ran(_as_result(existing.result))
         return _ran(rt, existing, "unknown", outcomes.unknown(use.id, outcomes.CRASHED), idempotencyKey=key)
     faults.point("tool_claimed")
-    outcome, result, notes = _execute(rt, config, turn, use, edited, approval, proposed)
+    outcome, result, notes = _execute(rt, config, turn, call)
     faults.point("tool_returned")
     return _ran(rt, record, outcome, result, idempotencyKey=key, **notes)
 
@@ -177,15 +183,10 @@ def claim_of(turn: TurnRecord, use: ToolUseBlock, now: float) -> CallRecord:
 
 
 def _execute(
-    rt: Runtime,
-    config: AgentConfig,
-    turn: TurnRecord,
-    use: ToolUseBlock,
-    edited: bool,
-    approval: Approve | None,
-    proposed: JsonDict | None,
+    rt: Runtime, config: AgentConfig, turn: TurnRecord, call: Call
 ) -> tuple[str, ToolResultBlock, JsonDict]:
     """Run the claimed call: (outcome, result, extra audit fields)."""
+    use = call.use
     tool = config.tool(use.name)
     if tool is None:
         return "error", outcomes.failed(use.id, f"unknown tool {use.name!r}"), {}
@@ -193,8 +194,8 @@ def _execute(
         validate_args(tool.input_schema, use.input, "arguments")
     except InvalidInput as exc:
         return "error", outcomes.failed(use.id, str(exc)), {}
-    ctx = _context(rt, config, turn, use, approval, proposed)
-    ran = run_tool(tool, use.input, ctx, lambda: _stop_requested(rt, turn.turn_id))
+    ctx = _context(rt, config, turn, call)
+    ran = run_tool(tool, use.input, ctx, lambda: stop_requested(rt, turn.turn_id) is not None)
     if ran.ending is Ending.TIMED_OUT:
         why = f"it did not finish within its timeout of {ctx.timeout:g} s and may still have had an effect"
         return "unknown", outcomes.unknown(use.id, f"{why}; it was not retried"), {"timedOut": True}
@@ -209,18 +210,15 @@ def _execute(
         text = result_text(ran.value)
     except (TypeError, ValueError) as exc:
         return "error", outcomes.failed(use.id, f"the tool's result is not JSON: {exc}"), {}
-    return "ok", outcomes.edited(use.id, text, use.input) if edited else ToolResultBlock(use.id, text), {}
+    return (
+        "ok",
+        outcomes.edited(use.id, text, use.input) if call.edited else ToolResultBlock(use.id, text),
+        {},
+    )
 
 
-def _context(
-    rt: Runtime,
-    config: AgentConfig,
-    turn: TurnRecord,
-    use: ToolUseBlock,
-    approval: Approve | None,
-    proposed: JsonDict | None,
-) -> ToolContext:
-    who: JsonDict = {}
+def _context(rt: Runtime, config: AgentConfig, turn: TurnRecord, call: Call) -> ToolContext:
+    use, approval, who = call.use, call.approval, {}
     if approval is not None:
         changed = approval.edited_args is not None
         who = {
@@ -230,7 +228,7 @@ def _context(
             "decided_at": approval.at,
             "comment": approval.comment,
             "edited_by": approval.decided_by if changed else None,
-            "proposed_args": proposed if changed else None,
+            "proposed_args": call.proposed if changed else None,
         }
     return ToolContext.for_call(
         turn_id=turn.turn_id,
@@ -245,9 +243,10 @@ def _context(
     )
 
 
-def _stop_requested(rt: Runtime, turn_id: str) -> bool:
+def stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
+    """The stop requested on the turn as stored now (``None``: none, or no such turn)."""
     current = rt.stores.turns.get_turn(turn_id)
-    return current is not None and current.stop_requested is not None
+    return current.stop_requested if current is not None else None
 
 
 def _ran(rt: Runtime, call: CallRecord, outcome: str, result: ToolResultBlock, **notes: Any) -> Ran:

@@ -8,16 +8,14 @@ record in hand is the check; before each later one the flag is read).
 
 from __future__ import annotations
 
-from loopengine.app.runtime import Runtime
-from loopengine.app.worker.batch import Ran, claim_of, not_run, run_call
+from loopengine.app.worker.batch import Call, Ran, claim_of, not_run, run_call, stop_requested
 from loopengine.app.worker.runner import Worker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.domain import outcomes
-from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.messages import ToolUseBlock
-from loopengine.domain.turns import CallRecord, StopReason, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnRecord
 
 _RECORD_MARGIN = 2.0
 """Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
@@ -40,10 +38,7 @@ def run_one(
     worker: Worker,
     config: AgentConfig,
     turn: TurnRecord,
-    use: ToolUseBlock,
-    edited: bool = False,
-    approval: Approve | None = None,
-    proposed: JsonDict | None = None,
+    call: Call,
     first: bool = True,
 ) -> Ran:
     """Run one call unless a stop was requested first.
@@ -51,7 +46,7 @@ def run_one(
     Before the first call of a step the record in hand is the check (its write's version condition
     saw no stop); before each later one the stop flag is read.
     """
-    rt = worker.rt
+    rt, use = worker.rt, call.use
     claim = worker.claimed.pop(use.id, None)
     stop = turn.stop_requested if first else stop_requested(rt, worker.turn_id)
     if stop is not None:
@@ -60,7 +55,7 @@ def run_one(
         if use.id not in rt.stores.turns.calls(worker.turn_id):
             return Ran(outcomes.cancelled(use.id, stop))
     with worker.heartbeat():  # (a call already started is never re-run: run_call reports it)
-        return run_call(rt, config, turn, use, edited, approval, proposed, claim)
+        return run_call(rt, config, turn, call, claim)
 
 
 def no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
@@ -81,11 +76,6 @@ def no_time_for(worker: Worker, config: AgentConfig, use: ToolUseBlock) -> bool:
         return False
     handed = (e for e in rt.stores.turns.events(worker.turn_id) if e["type"] == "handed_off")
     return all(e.get("toolUseId") != use.id for e in handed)
-
-
-def stop_requested(rt: Runtime, turn_id: str) -> StopReason | None:
-    current = rt.stores.turns.get_turn(turn_id)
-    return current.stop_requested if current is not None else None
 
 
 def approval_of(cp: TurnCheckpoint, pending_id: str) -> Approve | None:

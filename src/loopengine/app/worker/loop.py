@@ -29,7 +29,7 @@ from loopengine.app.outcome import TurnOutcome, load_turn, outcome_of
 from loopengine.app.ports import Append, Change, ModelResponse
 from loopengine.app.request.handoff import hand_on
 from loopengine.app.worker import compaction
-from loopengine.app.worker.batch import BatchPlan, plan_batch, record_alone
+from loopengine.app.worker.batch import BatchPlan, Call, plan_batch, record_alone
 from loopengine.app.worker.claims import approval_of, first_claim, no_time_for, run_one
 from loopengine.app.worker.model_call import Abandoned, call_model
 from loopengine.app.worker.pause import answer, append_results, checkpoint_id, park
@@ -259,7 +259,7 @@ def _run_batch(
     for use in plan.allowed:
         if no_time_for(worker, config, use):
             return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
-        carry = carry.plus([run_one(worker, config, turn, use, first=not carry.ran)])
+        carry = carry.plus([run_one(worker, config, turn, Call(use), first=not carry.ran)])
     results += carry.results()
     while True:
         stop = turn.stop_requested
@@ -303,9 +303,8 @@ def _close_batch(
             return _hand_off(worker, turn, carry, toolUseId=use.id, timeout=config.timeout_of(use.name))
         edited = args_hash(item.tool, item.args) != item.args_hash
         approval = approval_of(cp, item.pending_id)
-        ran = run_one(
-            worker, config, turn, use, edited, approval, proposed.get(item.tool_use_id), not carry.ran
-        )
+        call = Call(use, edited, approval, proposed.get(item.tool_use_id))
+        ran = run_one(worker, config, turn, call, not carry.ran)
         carry = carry.plus([ran])
     results = [*cp.results_so_far, *carry.results()]
     if cp.denied:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loopengine.domain.base.jsontypes import JsonDict
+from loopengine.domain.base.stored import Stored, StoredForm
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 
 Strategy = Literal["summarize", "trim"]
@@ -47,24 +48,15 @@ SUMMARY_CLOSE = "</summary of the earlier conversation>"
 
 
 @dataclass(frozen=True, slots=True)
-class Compaction:
+class Compaction(StoredForm):
     """Messages before ``up_to`` are replaced: by ``summary``, or (trimmed) by nothing."""
 
     up_to: int
     summary: str | None = None
 
-    def to_dict(self) -> JsonDict:
-        """The stored and shown form: ``{"upTo": n, "summary"?: text}``."""
-        out: JsonDict = {"upTo": self.up_to}
-        if self.summary is not None:
-            out["summary"] = self.summary
-        return out
 
-    @staticmethod
-    def from_dict(d: JsonDict) -> Compaction:
-        """Parse the stored form."""
-        summary = d.get("summary")
-        return Compaction(int(d["upTo"]), summary if isinstance(summary, str) else None)
+Compaction.stored = Stored(Compaction)
+"""The stored and shown form: ``{"upTo": n, "summary"?: text}``."""
 
 
 ELIDED = Message("user", ())

@@ -16,6 +16,14 @@ from dataclasses import dataclass, field
 from loopengine.domain.tokens.usage import Usage
 
 DAY_FORMAT = "%Y-%m-%d"
+PACKED = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "model_calls",
+)
+"""The names of :meth:`Metered.packed`'s five counts, in order (the daily counters' columns)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,17 +25,6 @@ from loopengine.domain.tokens.metering import DailyUsage
 from loopengine.domain.turns import CallRecord, TurnQuery, TurnRecord, TurnStatus
 from loopengine.stores.sqlite import bill as bill
 from loopengine.stores.sqlite.database import SqliteDatabase, dumps, insert, loads
-
-__all__ = [
-    "SqliteCheckpointStore",
-    "SqliteDatabase",
-    "SqliteSessionStore",
-    "SqliteTurnStore",
-    "open_sqlite_stores",
-    "sqlite_stores",
-]
-
-
 from loopengine.stores.sqlite.rows import (
     _append,
     _call_row,
@@ -46,6 +35,8 @@ from loopengine.stores.sqlite.rows import (
     _replace_checkpoint,
     _replace_turn,
 )
+
+_TURN = "SELECT body FROM turns WHERE turn_id = ?"
 
 
 class _SqliteStore:
@@ -63,25 +54,23 @@ class SqliteCheckpointStore(_SqliteStore):
 
     def get(self, checkpoint_id: str) -> TurnCheckpoint | None:
         """Read by checkpoint id."""
-        found = self.db.body("SELECT body FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        return TurnCheckpoint.from_dict(found) if found else None
+        sql = "SELECT body FROM checkpoints WHERE id = ?"
+        return self.db.record(TurnCheckpoint.from_dict, sql, (checkpoint_id,))
 
     def find_by_pending(self, pending_id: str) -> TurnCheckpoint | None:
         """Follow a pendingId's pointer (closed checkpoints included)."""
-        found = self.db.body(
+        sql = (
             "SELECT c.body FROM pending_pointers p JOIN checkpoints c ON c.id = p.checkpoint_id"
-            " WHERE p.pending_id = ?",
-            (pending_id,),
+            " WHERE p.pending_id = ?"
         )
-        return TurnCheckpoint.from_dict(found) if found else None
+        return self.db.record(TurnCheckpoint.from_dict, sql, (pending_id,))
 
     def find_with_turn(self, pending_id: str) -> tuple[TurnCheckpoint, TurnRecord | None] | None:
         """The pointer's checkpoint, then its turn (two local reads; the write after is a CAS anyway)."""
         cp = self.find_by_pending(pending_id)
         if cp is None:
             return None
-        found = self.db.body("SELECT body FROM turns WHERE turn_id = ?", (cp.turn_id,))
-        return cp, TurnRecord.from_dict(found) if found else None
+        return cp, self.db.record(TurnRecord.from_dict, _TURN, (cp.turn_id,))
 
     def replace(self, cp: TurnCheckpoint) -> TurnCheckpoint:
         """Compare-and-set on ``cp.version``; VersionConflict carries the stored record or None."""
@@ -193,8 +182,8 @@ class SqliteTurnStore(_SqliteStore):
 
     def get_idempotency(self, key: str) -> IdempotencyRecord | None:
         """The record of a scoped idempotency key."""
-        found = self.db.body("SELECT body FROM idempotency_keys WHERE key = ?", (key,))
-        return IdempotencyRecord.from_dict(found) if found else None
+        sql = "SELECT body FROM idempotency_keys WHERE key = ?"
+        return self.db.record(IdempotencyRecord.from_dict, sql, (key,))
 
     def create_turn(self, turn: TurnRecord) -> None:
         """Store a new turn; AlreadyExists if its id is taken."""
@@ -203,8 +192,7 @@ class SqliteTurnStore(_SqliteStore):
 
     def get_turn(self, turn_id: str) -> TurnRecord | None:
         """Read a turn."""
-        found = self.db.body("SELECT body FROM turns WHERE turn_id = ?", (turn_id,))
-        return TurnRecord.from_dict(found) if found else None
+        return self.db.record(TurnRecord.from_dict, _TURN, (turn_id,))
 
     def replace_turn(self, turn: TurnRecord) -> TurnRecord:
         """Compare-and-set on ``turn.version``; VersionConflict carries the stored record."""

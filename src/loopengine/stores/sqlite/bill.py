@@ -13,42 +13,27 @@ from loopengine.app.ports import Compact
 from loopengine.domain.base.errors import StoreError
 from loopengine.domain.messages import Message
 from loopengine.domain.tokens.context_window import Compaction, History
-from loopengine.domain.tokens.metering import DailyUsage, Metered, Tally
+from loopengine.domain.tokens.metering import PACKED, DailyUsage, Metered, Tally
 from loopengine.domain.tokens.usage import Usage
 from loopengine.stores.sqlite.database import SqliteDatabase, dumps, insert
-
-_COUNTS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "model_calls",
-)
 
 
 def add_tally(conn: sqlite3.Connection, tally: Tally) -> None:
     """Add ``tally`` to its (tenant, day, agent) row, creating it at zero first."""
-    u, calls = tally.metered.usage, tally.metered.model_calls
-    values = (
-        u.input_tokens,
-        u.output_tokens,
-        u.cache_creation_input_tokens,
-        u.cache_read_input_tokens,
-        calls,
-    )
+    values = tally.metered.packed()
     row = {
         "tenant": tally.tenant,
         "day": tally.day,
         "agent": tally.agent,
-        **dict(zip(_COUNTS, values, strict=True)),
+        **dict(zip(PACKED, values, strict=True)),
     }
-    adds = ", ".join(f"{c} = {c} + excluded.{c}" for c in _COUNTS)
+    adds = ", ".join(f"{c} = {c} + excluded.{c}" for c in PACKED)
     insert(conn, "usage_daily", row, f"ON CONFLICT (tenant, day, agent) DO UPDATE SET {adds}")
 
 
 def daily_usage(db: SqliteDatabase, tenant: str, day: str, agent: str | None) -> list[DailyUsage]:
     """The rows of ``tenant`` on ``day`` (of ``agent`` alone, if given), by agent name."""
-    sql = f"SELECT agent, {', '.join(_COUNTS)} FROM usage_daily WHERE tenant = ? AND day = ?"
+    sql = f"SELECT agent, {', '.join(PACKED)} FROM usage_daily WHERE tenant = ? AND day = ?"
     params: list[str] = [tenant, day]
     if agent is not None:
         sql += " AND agent = ?"
@@ -74,8 +59,7 @@ def load_since_compaction(db: SqliteDatabase, session_id: str) -> History:
     (messages are never removed and a compaction only moves forward).
     """
     sql = "SELECT body FROM compactions WHERE session_id = ? ORDER BY up_to DESC LIMIT 1"
-    latest = db.body(sql, (session_id,))
-    compaction = Compaction.from_dict(latest) if latest else None
+    compaction = db.record(Compaction.from_dict, sql, (session_id,))
     start = compaction.up_to if compaction else 0
     sql = "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq"
     messages = (Message.from_dict(found) for found in db.bodies(sql, (session_id, start)))

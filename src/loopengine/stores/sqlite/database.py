@@ -20,10 +20,12 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loopengine.domain.base.errors import ConfigError, StoreError, VersionConflict
 from loopengine.domain.base.jsontypes import JsonDict
+
+R = TypeVar("R")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (id TEXT PRIMARY KEY, agent TEXT NOT NULL,
@@ -250,6 +252,11 @@ class SqliteDatabase:
         """Like :meth:`bodies` for at most one row."""
         rows = self.bodies(sql, params)
         return rows[0] if rows else None
+
+    def record(self, parse: Callable[[JsonDict], R], sql: str, params: Sequence[Any] = ()) -> R | None:
+        """Like :meth:`body`, parsed by ``parse`` (e.g. ``TurnRecord.from_dict``)."""
+        found = self.body(sql, params)
+        return parse(found) if found else None
 
     def close(self) -> None:
         """Close the connections this object opened; later use raises ``StoreError``.
