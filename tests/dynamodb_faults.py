@@ -74,7 +74,7 @@ class ResponseLost:
         return 0.0
 
 
-KINDS = ("throttled", "lost", "transient", "applied")
+KINDS = ("throttled", "lost", "transient", "applied", "ambiguous")
 """What :class:`RequestFault` does to its request (docs/reliability.md, "The store-fault matrix"):
 
 - ``throttled``: every attempt is answered ``ThrottlingException`` and never reaches DynamoDB;
@@ -83,7 +83,9 @@ KINDS = ("throttled", "lost", "transient", "applied")
   DynamoDB); botocore's retries run out and the store raises (a network partition);
 - ``transient``: the first attempt is throttled (never reaches DynamoDB), botocore's retry succeeds;
 - ``applied``: the first attempt is applied by DynamoDB (moto) and its response lost
-  (``ReadTimeoutError``); botocore sends the same request again (:class:`ResponseLost`, any request).
+  (``ReadTimeoutError``); botocore sends the same request again (:class:`ResponseLost`, any request);
+- ``ambiguous``: every attempt is applied and its response lost; botocore's retries run out and the
+  store raises though the write landed (a write DynamoDB applied while the network failed after it).
 """
 
 _NOWHERE = "https://dynamodb.fault.invalid/"
@@ -134,7 +136,7 @@ class RequestFault:
 
     def _target(self, request: Any, event_name: str) -> int | None:
         """The attempt number if ``request`` is an attempt of the faulted request, else None."""
-        attempt = int(request.headers.get("amz-sdk-request", b"attempt=1;").split(b";")[0].split(b"=")[1])
+        attempt = _attempt(request)
         with self._lock:
             if not self.counting:
                 return None
@@ -148,7 +150,7 @@ class RequestFault:
 
     def _before_moto(self, request: Any, event_name: str, **_: Any) -> AWSResponse | None:
         attempt = self._target(request, event_name)
-        if attempt is None or self.kind == "applied" or (self.kind == "transient" and attempt > 1):
+        if attempt is None or self.kind in _AFTER or (self.kind == "transient" and attempt > 1):
             return None
         self._faulted = attempt
         if self.kind == "lost":
@@ -160,13 +162,13 @@ class RequestFault:
         return AWSResponse(request.url, 400, headers, _Raw(body.encode()))
 
     def _after_moto(self, request: Any, event_name: str, **_: Any) -> None:
-        if self.kind != "applied" or not event_name.startswith("before-send.dynamodb"):
+        if self.kind not in _AFTER or not event_name.startswith("before-send.dynamodb"):
             return
-        first_send = request.headers.get("amz-sdk-request", b"").startswith(b"attempt=1;")
+        attempt = _attempt(request)
         with self._lock:
-            ours = first_send and self.index is not None and self._current == self.index
-        if ours:
-            self._faulted = 1
+            ours = self.index is not None and self._current == self.index
+        if ours and (attempt == 1 or self.kind == "ambiguous"):
+            self._faulted = attempt
             raise ReadTimeoutError(endpoint_url=request.url, error="injected: applied, response lost")
 
     def _at_once(self, attempts: int = 0, **_: Any) -> float | None:
@@ -182,6 +184,13 @@ class RequestFault:
 
 ATTEMPTS = 5
 """The production client's attempts per call (``new_client``'s default)."""
+_AFTER = ("applied", "ambiguous")
+"""The kinds that let moto apply the attempt, then lose its response."""
+
+
+def _attempt(request: Any) -> int:
+    """Which of botocore's attempts ``request`` is (its ``amz-sdk-request: attempt=N; max=M`` header)."""
+    return int(request.headers.get("amz-sdk-request", b"attempt=1;").split(b";")[0].split(b"=")[1])
 
 
 class _Raw:

@@ -17,7 +17,7 @@ from loopengine.domain.base.jsontypes import JsonDict
 from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.messages import ToolUseBlock
-from loopengine.domain.turns import CallRecord, StopReason, TurnRecord
+from loopengine.domain.turns import CallRecord, StopReason, TurnRecord, TurnStatus
 
 _RECORD_MARGIN = 2.0
 """Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
@@ -34,6 +34,21 @@ def first_claim(
     if not uses or no_time_for(worker, config, uses[0]):
         return ()
     return (claim_of(turn, uses[0], now),)
+
+
+def landed_claim(rt: Runtime, turn_id: str, runner: str) -> TurnRecord | None:
+    """After a claim write the store answered with an error: the turn, if the write landed anyway.
+
+    A write whose every attempt was applied and answered by nothing (the network failed after
+    DynamoDB) raises once botocore's retries run out, though it landed. One read settles it: a
+    turn held by ``runner`` is this worker's claim (the runner id is new for every claim), and the
+    calls claimed with it are this worker's to run; else the write did not land (None). A read
+    that fails too raises: then nobody can tell, and the claimed call is ``unknown`` for good.
+    """
+    current = rt.stores.turns.get_turn(turn_id)
+    if current is None or current.status is not TurnStatus.RUNNING or current.runner != runner:
+        return None
+    return current
 
 
 def run_one(
