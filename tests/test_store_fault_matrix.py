@@ -19,6 +19,7 @@ in docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections import Counter
@@ -111,7 +112,8 @@ class Deployment:
         self.path: list[str] = []
         """The fault-free path's DynamoDB requests (:func:`reference`)."""
 
-    def cell(self) -> Cell:
+    def cell(self, message_fault: tuple[int, str] | None = None) -> Cell:
+        """A cell whose refund waits for approval; ``message_fault``: (k, kind) while the message runs."""
         table = f"{TABLE}-{next(self.numbers)}"
         create_table(self.clean, table)
         client = one_request_at_a_time(new_client())
@@ -129,10 +131,17 @@ class Deployment:
                 public_url="http://test.invalid",
             )
 
-        engine = Engine(runtime(client))
-        out = engine.send_message("shop", "Please refund order 1.", session_id=SESSION)
-        assert out.status is TurnStatus.PAUSED and calls.count("lookup") == 1
-        return Cell(engine, Engine(runtime(self.clean)), invoker, faults, calls, clock, out.turn_id)
+        engine, observer = Engine(runtime(client)), Engine(runtime(self.clean))
+        if message_fault is None:
+            out = engine.send_message("shop", "Please refund order 1.", session_id=SESSION)
+            assert out.status is TurnStatus.PAUSED and calls.count("lookup") == 1
+            return Cell(engine, observer, invoker, faults, calls, clock, out.turn_id)
+        faults.arm(*message_fault)
+        with contextlib.suppress(Exception):  # the request failed; what it wrote is the sweep's
+            engine.send_message("shop", "Please refund order 1.", session_id=SESSION)
+        faults.disarm()
+        (turn,) = observer.rt.stores.turns.session_turns(SESSION)
+        return Cell(engine, observer, invoker, faults, calls, clock, turn.turn_id)
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +279,29 @@ def test_every_request_of_the_resolve_path_faulted_leaves_nothing_unknown_that_n
             failed.append(rows[-1])
     MATRIX[kind] = rows
     assert not failed, f"{len(failed)} of {len(rows)} {kind} cells:\n" + "\n".join(failed)
+
+
+MESSAGE_WRITES = 6
+"""The message path's writes (message, lookup's claim in the model's response, its outcome, the pause,
+notification marks): each ambiguous, then the rest of the path runs fault-free."""
+
+
+def test_an_ambiguous_write_of_the_message_path_leaves_nothing_unknown_that_never_ran(
+    deployment: Deployment,
+) -> None:
+    """The allowed lookup's claim rides in the model's response: a landed write whose every answer was
+    lost is settled by reading the claim back, so the lookup runs once instead of ``unknown``."""
+    path = deployment.cell((10**6, "ambiguous")).faults.sent  # counted, nothing faulted
+    writes = [k for k, operation in enumerate(path) if operation in WRITES]
+    failed = []
+    for k in writes:
+        cell = deployment.cell((k, "ambiguous"))
+        assert cell.faults.attempts == ATTEMPTS
+        run(cell)
+        seen = verdict(cell)
+        if problems(seen) or seen["runs"] != {"lookup": 1, "refund": 1, "email": 1}:
+            failed.append(f"{k} {path[k]}: {problems(seen)} {seen}")
+    assert len(writes) == MESSAGE_WRITES and not failed, (path, failed)
 
 
 def teardown_module() -> None:

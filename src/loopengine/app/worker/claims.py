@@ -36,19 +36,23 @@ def first_claim(
     return (claim_of(turn, uses[0], now),)
 
 
-def landed_claim(rt: Runtime, turn_id: str, runner: str) -> TurnRecord | None:
+def landed_claim(
+    rt: Runtime, turn_id: str, runner: str, claims: tuple[CallRecord, ...] = ()
+) -> TurnRecord | None:
     """After a claim write the store answered with an error: the turn, if the write landed anyway.
 
     A write whose every attempt was applied and answered by nothing (the network failed after
-    DynamoDB) raises once botocore's retries run out, though it landed. One read settles it: a
-    turn held by ``runner`` is this worker's claim (the runner id is new for every claim), and the
-    calls claimed with it are this worker's to run; else the write did not land (None). A read
-    that fails too raises: then nobody can tell, and the claimed call is ``unknown`` for good.
+    DynamoDB) raises once botocore's retries run out, though it landed. A read settles it: a turn
+    held by ``runner`` (new for every claim of a turn) whose ``claims`` are recorded took this
+    worker's write (while it holds the turn no one else writes), and those calls are this worker's
+    to run; else the write did not land (None). A read that fails too raises: then nobody can tell,
+    and a claimed call is ``unknown`` for good.
     """
     current = rt.stores.turns.get_turn(turn_id)
     if current is None or current.status is not TurnStatus.RUNNING or current.runner != runner:
         return None
-    return current
+    recorded = rt.stores.turns.calls(turn_id) if claims else {}
+    return current if all(c.tool_use_id in recorded for c in claims) else None
 
 
 def run_one(
