@@ -177,6 +177,7 @@ def build_runtime(
         lease_seconds=tuned.get("lease_seconds", Runtime.lease_seconds),
         handoff_grace=tuned.get("handoff_grace", Runtime.handoff_grace),
         model_retry_seconds=tuned.get("model_retry_seconds", Runtime.model_retry_seconds),
+        sweep_batch=_positive_int(env, "LOOPENGINE_SWEEP_BATCH", Runtime.sweep_batch),
         max_waits=_positive_int(env, "LOOPENGINE_MAX_WAITS", Runtime.max_waits),
         tenant_daily_tokens=_positive_int(env, "LOOPENGINE_TENANT_DAILY_TOKENS", 0) or None,
     )

@@ -54,6 +54,10 @@ class Runtime:
     handoff_grace: float = 60.0
     model_retry_seconds: float = 30.0
     max_model_failures: int = 5
+    sweep_batch: int = 20
+    """Due turns one sweep pass moves on at most (LOOPENGINE_SWEEP_BATCH; app/worker/sweep.py): the
+    rest stay due for the next pass, so a pass never starts more resumes than about twice the resume
+    function's reserved concurrency (10 in template.yaml; 8 local workers under ``loopengine dev``)."""
     max_waits: int = 8
     """Long-polls one principal may hold at once (LOOPENGINE_MAX_WAITS; see app/request/waits.py)."""
     tenant_daily_tokens: int | None = None

@@ -141,6 +141,19 @@ def wait_queued(turn: TurnRecord, due_at: float) -> TurnRecord | None:
     return replace(turn, due_at=due_at)
 
 
+def handed_on(turn: TurnRecord, now: float, grace: float) -> TurnRecord | None:
+    """The sweep handed a READY turn (or a RUNNING one whose lease ran out) on: look again after ``grace``.
+
+    So a turn whose resume keeps failing moves to the back of the due index instead of holding its
+    place at the front of every pass (a pass moves on a bounded batch). Its claim does not look at
+    ``due_at``; a RETRYING turn's does, so it keeps its retry time.
+    """
+    lapsed = turn.status is TurnStatus.RUNNING and turn.lease_until <= now
+    if not (turn.status is TurnStatus.READY or lapsed) or (turn.due_at is not None and turn.due_at > now):
+        return None
+    return replace(turn, due_at=now + grace)
+
+
 def paused_due(turn: TurnRecord, checkpoint_id: str, due_at: float | None) -> TurnRecord | None:
     """Some items of the parked batch expired, others still wait: the next expiry is due."""
     if turn.status is not TurnStatus.PAUSED or turn.checkpoint_id != checkpoint_id:

@@ -8,6 +8,7 @@ record in hand is the check; before each later one the flag is read).
 
 from __future__ import annotations
 
+from loopengine.app.runtime import Runtime
 from loopengine.app.worker.batch import Call, Ran, claim_of, not_run, run_call, stop_requested
 from loopengine.app.worker.runner import Worker
 from loopengine.authoring.agent import AgentConfig
@@ -15,7 +16,7 @@ from loopengine.domain import outcomes
 from loopengine.domain.checkpoint import TurnCheckpoint, decisions_for
 from loopengine.domain.decisions import Approve
 from loopengine.domain.messages import ToolUseBlock
-from loopengine.domain.turns import CallRecord, TurnRecord
+from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 
 _RECORD_MARGIN = 2.0
 """Seconds a tool call needs past its timeout (the runner's grace, the outcome's write)."""
@@ -32,6 +33,25 @@ def first_claim(
     if not uses or no_time_for(worker, config, uses[0]):
         return ()
     return (claim_of(turn, uses[0], now),)
+
+
+def landed_claim(
+    rt: Runtime, turn_id: str, runner: str, claims: tuple[CallRecord, ...] = ()
+) -> TurnRecord | None:
+    """After a claim write the store answered with an error: the turn, if the write landed anyway.
+
+    A write whose every attempt was applied and answered by nothing (the network failed after
+    DynamoDB) raises once botocore's retries run out, though it landed. A read settles it: a turn
+    held by ``runner`` (new for every claim of a turn) whose ``claims`` are recorded took this
+    worker's write (while it holds the turn no one else writes), and those calls are this worker's
+    to run; else the write did not land (None). A read that fails too raises: then nobody can tell,
+    and a claimed call is ``unknown`` for good.
+    """
+    current = rt.stores.turns.get_turn(turn_id)
+    if current is None or current.status is not TurnStatus.RUNNING or current.runner != runner:
+        return None
+    recorded = rt.stores.turns.calls(turn_id) if claims else {}
+    return current if all(c.tool_use_id in recorded for c in claims) else None
 
 
 def run_one(

@@ -26,11 +26,11 @@ from typing import Any
 
 from loopengine.app import usage
 from loopengine.app.outcome import TurnOutcome, load_turn, outcome_of
-from loopengine.app.ports import Append, Change, ModelResponse
+from loopengine.app.ports import Append, Change, Committed, ModelResponse
 from loopengine.app.request.handoff import hand_on
 from loopengine.app.worker import compaction
 from loopengine.app.worker.batch import BatchPlan, Call, plan_batch, record_alone
-from loopengine.app.worker.claims import approval_of, first_claim, no_time_for, run_one
+from loopengine.app.worker.claims import approval_of, first_claim, landed_claim, no_time_for, run_one
 from loopengine.app.worker.model_call import Abandoned, call_model
 from loopengine.app.worker.pause import answer, append_results, checkpoint_id, park
 from loopengine.app.worker.runner import NOTHING, Carry, Worker, finish
@@ -38,7 +38,7 @@ from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import args_hash
 from loopengine.domain import outcomes
 from loopengine.domain import turn_state as ts
-from loopengine.domain.base.errors import ModelError, NotFound, VersionConflict
+from loopengine.domain.base.errors import ModelError, NotFound, StoreError, VersionConflict
 from loopengine.domain.checkpoint import TurnCheckpoint
 from loopengine.domain.messages import Message, ToolUseBlock
 from loopengine.domain.policy import ModelRetry
@@ -235,7 +235,13 @@ def _claim(
             return None
         return Change(t.turn_id, turn=held, append=add, events=carry.all_events(), claims=claims)
 
-    done = worker.rt.transition(turn.turn_id, decide, turn=turn)
+    try:
+        done = worker.rt.transition(turn.turn_id, decide, turn=turn)
+    except StoreError:  # its every answer lost: landed if the claims are recorded (then they are ours)
+        landed = landed_claim(worker.rt, turn.turn_id, worker.runner, claims) if claims else None
+        if landed is None:
+            raise
+        done = Committed(turn=landed)
     if done is None:
         return None
     history.extend(add.messages)

@@ -13,9 +13,9 @@ from typing import Any
 
 from loopengine.app import delivery, faults
 from loopengine.app.outcome import TurnOutcome, load_turn
-from loopengine.app.ports import Append, Change
-from loopengine.app.runtime import Runtime
-from loopengine.app.worker.claims import first_claim
+from loopengine.app.ports import Append, Change, Committed
+from loopengine.app.runtime import Decide, Runtime
+from loopengine.app.worker.claims import first_claim, landed_claim
 from loopengine.app.worker.loop import advance
 from loopengine.app.worker.runner import Worker
 from loopengine.domain import notifications
@@ -53,8 +53,11 @@ def resume_turn(
     # read first, so no read can fail between the claim and the run and leave the call `unknown`
     history = rt.stores.sessions.load_since_compaction(turn.session_key) if claims else None
 
+    written: list[tuple[CallRecord, ...]] = [()]  # the calls claimed in the last write decided
+
     def decide(t: TurnRecord, _cp: TurnCheckpoint | None) -> Change | None:
         sent.clear()
+        written[0] = ()
         claimed = ts.claim(t, runner, now, worker.lease_until())
         if claimed is None:
             return None
@@ -63,17 +66,18 @@ def resume_turn(
         sent.append(notes)
         events = (rt.stamp("resumed", claimedFrom=t.status.value),)
         fresh = claims if t.status is TurnStatus.READY and t.checkpoint_id == turn.checkpoint_id else ()
+        written[0] = fresh
         return Change(turn_id, turn=claimed, events=events, outbox=notes, claims=fresh)
 
     try:
-        done = rt.transition(turn_id, decide, turn=turn)
+        done = _claim(rt, turn_id, decide, turn, runner)
     except AlreadyExists:  # a call was claimed before (a runner died, or handed off mid-batch)
         claims = ()  # claim the turn alone; those calls answer from their records
-        done = rt.transition(turn_id, decide, turn=turn)
+        done = _claim(rt, turn_id, decide, turn, runner)
     if done is None:
         return None  # someone else claimed it, or it is not claimable yet
     if done.turn is not None and done.turn.stop_requested is None:
-        worker.claimed = {c.tool_use_id: c for c in claims}
+        worker.claimed = {c.tool_use_id: c for c in written[0]}
     faults.point("claimed")
     if not worker.claimed:
         history = None
@@ -81,6 +85,23 @@ def resume_turn(
         with contextlib.suppress(StoreError):  # (stored with the claim) and the sweep sends it
             delivery.deliver(rt, records)
     return advance(worker, done.turn, history)
+
+
+def _claim(rt: Runtime, turn_id: str, decide: Decide, turn: TurnRecord, runner: str) -> Committed | None:
+    """``rt.transition``; a write that raised but landed (its answer lost every time) is ours all the same.
+
+    The claims that rode in it are then this worker's to run (:func:`landed_claim`), so a call the
+    worker never started is not left claimed, and ``unknown`` for good, by a lost answer.
+    """
+    try:
+        return rt.transition(turn_id, decide, turn=turn)
+    except StoreError:
+        landed = landed_claim(rt, turn_id, runner)
+        if landed is None:
+            raise
+        with contextlib.suppress(StoreError):  # (the audit only: the claim itself is settled)
+            rt.event(turn_id, "claim_settled", runner=runner, note="the claim's answer was lost; it landed")
+        return Committed(turn=landed)
 
 
 def _closed_batch(rt: Runtime, turn: TurnRecord) -> TurnCheckpoint | None:

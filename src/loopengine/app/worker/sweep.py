@@ -32,18 +32,25 @@ class SweepResult:
     oldest_due: float = 0.0
 
 
-def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
+NOTIFY_BATCH = 100
+"""Due notifications one pass sends at most (the rest stay due for the next pass)."""
+
+
+def sweep(rt: Runtime, limit: int | None = None) -> SweepResult:
     """The periodic pass that finds every stalled turn (see :mod:`loopengine.domain.turn_state`).
 
     Due turns: a PAUSED one has items past their ttl (expired by policy); a RUNNING one lost its
     runner (its lease ran out), a READY one was never claimed (the invoke failed or was lost), a
     RETRYING one's retry time came, a QUEUED one may start: each is handed to the resume worker,
-    whose claim is a compare-and-set, so a turn handed on twice still runs once. Then every
-    notification that is due is sent again.
+    whose claim is a compare-and-set, so a turn handed on twice still runs once. At most ``limit``
+    (default ``rt.sweep_batch``) due turns, the earliest due first, are moved on in one pass; the rest
+    stay due and the next pass takes them (a READY turn handed on is due again only after the grace,
+    so the turns behind it are reached even if its resume keeps failing). Then every notification
+    that is due is sent again.
     """
     now = rt.stores.clock.now()
     expired = recovered = failed = 0
-    due = rt.stores.turns.due_turns(now, limit)
+    due = rt.stores.turns.due_turns(now, limit or rt.sweep_batch)
     oldest = max((now - t.due_at for t in due if t.due_at is not None), default=0.0)
     for turn in due:
         try:
@@ -54,7 +61,7 @@ def sweep(rt: Runtime, limit: int = 100) -> SweepResult:
             continue
         expired += moved if turn.status is TurnStatus.PAUSED else 0
         recovered += moved if turn.status is not TurnStatus.PAUSED else 0
-    notified = delivery.deliver_due(rt, limit)
+    notified = delivery.deliver_due(rt, NOTIFY_BATCH)
     return SweepResult(expired, recovered, notified, failed, oldest)
 
 
@@ -73,10 +80,22 @@ def _sweep_one(rt: Runtime, turn: TurnRecord, now: float) -> int:
         rt.update_turn(turn.turn_id, lambda t: ts.wait_queued(t, now + rt.handoff_grace), turn)
         return 0
     if turn.status in ts.CLAIMABLE:
-        rt.event(turn.turn_id, "sweep_handed_on", for_agent=turn.agent, status=turn.status.value)
+        _handing_on(rt, turn, now)
         hand_on(rt, turn)
         return 1
     return 0
+
+
+def _handing_on(rt: Runtime, turn: TurnRecord, now: float) -> None:
+    """Record the hand-on; a READY or lapsed RUNNING turn is looked at again after the grace.
+
+    One write either way (the event, with the due time's move when there is one), so a turn whose
+    resume keeps failing goes behind the turns due after it and a bounded pass reaches them.
+    """
+    event = rt.stamp("sweep_handed_on", status=turn.status.value)
+    later = rt.update_turn(turn.turn_id, lambda t: ts.handed_on(t, now, rt.handoff_grace), turn, event)
+    if later is None:  # (the transition told the observer of its events; here the event alone)
+        rt.event(turn.turn_id, "sweep_handed_on", for_agent=turn.agent, status=turn.status.value)
 
 
 def _note_failure(rt: Runtime, turn_id: str, exc: Exception) -> None:
