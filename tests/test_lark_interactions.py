@@ -25,6 +25,7 @@ from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
 from loopengine.authoring.tools import ASK_USER
+from loopengine.channels.base import NOT_AN_APPROVER
 from loopengine.channels.lark import routes as lark_route
 from loopengine.channels.lark.receive import (
     LarkAction,
@@ -509,7 +510,7 @@ def test_a_group_looking_open_id_never_acts_as_the_group(install_harness: Build)
     # WHEN a Lark user whose open_id reads "group:finance" clicks Approve
     status, reply = click("approve", pending, "group:finance")
     # THEN they are lark:group:finance, not the group: told privately, nothing decided
-    assert (status, reply) == (200, {"toast": {"type": "error", "content": lark_route.NOT_AN_APPROVER}})
+    assert (status, reply) == (200, {"toast": {"type": "error", "content": NOT_AN_APPROVER}})
     assert calls.count("gated") == 0 and decided(h.engine, turn_id) == []
     # AND the named Lark user may
     assert click("approve", pending, ALICE)[1]["toast"]["content"] == f"Approved by lark:{ALICE}"

@@ -23,6 +23,7 @@ import pytest
 from loopengine.app.ports import Notification
 from loopengine.authoring.tools import ASK_USER
 from loopengine.channels import base as channels
+from loopengine.channels.lark.cards import CardMaker
 from loopengine.channels.lark.send import LarkNotifier, sign
 from loopengine.channels.magic import token as magic
 from loopengine.channels.slack import routes as slack_handler
@@ -455,7 +456,7 @@ def test_lark_failures_are_delivery_errors(lark_hook: Stub, status: int, answer:
 
 def test_lark_connection_refused_is_a_delivery_error() -> None:
     url = f"http://127.0.0.1:{closed_port()}{HOOK_PATH}"
-    notifier = LarkNotifier(url, clock=FakeClock(), secret=LARK_SECRET)
+    notifier = LarkNotifier(url, cards=CardMaker(clock=FakeClock()), secret=LARK_SECRET)
     with pytest.raises(DeliveryError, match="ConnectError") as info:
         notifier.send(Notification("approval", APPROVAL))
     assert "h00kt0k3n" not in str(info.value) and "h00kt0k3n" not in repr(notifier)

@@ -27,6 +27,7 @@ from loopengine.app.engine import Engine
 from loopengine.app.invokers import InlineInvoker, RecordingInvoker
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.agent import AgentConfig
+from loopengine.channels.base import NOT_AN_APPROVER
 from loopengine.channels.slack import routes as slack_handler
 from loopengine.channels.slack.interact import (
     SlackAction,
@@ -39,7 +40,6 @@ from loopengine.channels.slack.interact import (
     verify_slack,
 )
 from loopengine.channels.slack.reply import post_reply
-from loopengine.channels.slack.routes import NOT_AN_APPROVER
 from loopengine.domain.base.errors import DeliveryError, InvalidInput
 from loopengine.domain.policy import Expiry
 from loopengine.domain.turns import StopReason, TurnStatus

@@ -184,10 +184,7 @@ class Engine:
         self, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None
     ) -> TurnOutcome | None:
         """The resume worker's entry: claim and advance; ``None`` for a duplicate or no-op."""
-        now = self.rt.stores.clock.now()
-        deadline = None if budget_seconds is None else now + budget_seconds
-        hard = None if remaining_seconds is None else now + remaining_seconds
-        return resume.resume_turn(self.rt, turn_id, deadline, hard)
+        return resume.resume_turn(self.rt, turn_id, budget_seconds, remaining_seconds)
 
     def cancel(self, turn_id: str, decider: Decider, idempotency_key: str | None = None) -> TurnRecord:
         """Stop a turn: parked or queued at once, running at its next step boundary.

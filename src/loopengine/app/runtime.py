@@ -107,8 +107,7 @@ class Runtime:
         decide: Decide,
         *,
         turn: TurnRecord | None = None,
-        checkpoint_id: str | None = None,
-        cp: TurnCheckpoint | None = None,
+        checkpoint: TurnCheckpoint | str | None = None,
     ) -> Committed | None:
         """The one compare-and-set helper: apply ``decide`` to the latest records atomically.
 
@@ -117,10 +116,13 @@ class Runtime:
         ``None``). A lost race brings the stored record of whichever side conflicted and
         ``decide`` runs again on it; a session append that lost (the history moved: ``current`` is its
         length) is raised as VersionConflict at once, for the caller to re-plan from the new history.
-        ``turn`` / ``cp`` are records the caller already holds: the
-        first attempt writes on them without reading (a stale one just costs the conflict).
+        ``checkpoint`` is the one ``decide`` reads (``None``: none): a record or its id to read.
+        ``turn`` and a checkpoint record are what the caller already holds: the first attempt
+        writes on them without reading (a stale one just costs the conflict).
         Events of a landed change are passed to the observer.
         """
+        cp = checkpoint if isinstance(checkpoint, TurnCheckpoint) else None
+        checkpoint_id = checkpoint.id if isinstance(checkpoint, TurnCheckpoint) else checkpoint
         for _ in range(MAX_CAS_ATTEMPTS):
             if turn is None:
                 turn = self.stores.turns.get_turn(turn_id)

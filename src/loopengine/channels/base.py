@@ -117,3 +117,7 @@ def check_button(
         raise ValueError("pending_id must be 1-128 letters, digits, '_' or '-'")
     if (verb == "answer") != extra:
         raise ValueError(mismatch)
+
+
+NOT_AN_APPROVER = "You are not among the approvers"
+"""What a chat button's clicker who may not decide its item is told (Slack's, Lark's)."""

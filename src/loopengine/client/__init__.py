@@ -336,16 +336,20 @@ class Client:
             body["comment"] = comment
         if args_hash:
             body["argsHash"] = args_hash
-        query = f"?wait={wait:g}" if wait else ""
-        path = f"/pending-approvals/{quote(pending_id, safe='')}/resolve{query}"
-        return Resolution.from_json(self._send("POST", path, body, timeout=(wait or 0) + self.timeout))
+        return self._decide(f"/pending-approvals/{quote(pending_id, safe='')}/resolve", body, wait)
 
     def answer(self, pending_id: str, answer: str, *, wait: float | None = None) -> Resolution:
         """Answer a question the agent asked."""
+        return self._decide(
+            f"/pending-questions/{quote(pending_id, safe='')}/answer", {"answer": answer}, wait
+        )
+
+    def _decide(self, path: str, body: JsonDict, wait: float | None) -> Resolution:
+        """POST a decision; with ``wait`` the answer (the turn's outcome) may take that much longer."""
         query = f"?wait={wait:g}" if wait else ""
-        path = f"/pending-questions/{quote(pending_id, safe='')}/answer{query}"
-        data = self._send("POST", path, {"answer": answer}, timeout=(wait or 0) + self.timeout)
-        return Resolution.from_json(data)
+        return Resolution.from_json(
+            self._send("POST", path + query, body, timeout=(wait or 0) + self.timeout)
+        )
 
     def cancel(self, turn_id: str, *, idempotency_key: str | None = None) -> Cancelled:
         """Stop a turn: nothing further runs; what already ran stays done (``note`` says so)."""

@@ -63,7 +63,7 @@ def expire_due(rt: Runtime, turn: TurnRecord, only: str | None = None, by: Decid
         events = tuple(rt.stamp("expired", pendingId=p, **who) for p in expired)
         return Change(t.turn_id, turn=moved, checkpoint=cp, events=events)
 
-    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint=turn.checkpoint_id)
     if done is None or done.turn is None:
         return 0
     if done.turn.status is TurnStatus.READY:

@@ -130,7 +130,7 @@ def _decide(
         changed = moved if moved is not t else None
         return Change(t.turn_id, turn=changed, checkpoint=after, events=tuple(events))
 
-    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint_id=cp.id, cp=cp)
+    done = rt.transition(turn.turn_id, decide, turn=turn, checkpoint=cp)
     if done is None or done.checkpoint is None:
         return None
     faults.point("decided")

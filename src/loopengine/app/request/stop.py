@@ -62,7 +62,7 @@ def request_stop(rt: Runtime, turn_id: str, reason: StopReason, by: DecidedBy) -
         flagged = ts.request_stop(t, reason, now)
         return None if flagged is None else Change(turn_id, turn=flagged, events=(event,))
 
-    done = rt.transition(turn_id, decide, turn=turn, checkpoint_id=turn.checkpoint_id)
+    done = rt.transition(turn_id, decide, turn=turn, checkpoint=turn.checkpoint_id)
     after = done.turn if done is not None and done.turn is not None else load_turn(rt, turn_id)
     if done is not None and sent:
         delivery.deliver(rt, sent)

@@ -29,7 +29,7 @@ from loopengine.domain.turns import CallRecord, TurnRecord, TurnStatus
 
 
 def resume_turn(
-    rt: Runtime, turn_id: str, deadline: float | None = None, hard_limit: float | None = None
+    rt: Runtime, turn_id: str, budget_seconds: float | None = None, remaining_seconds: float | None = None
 ) -> TurnOutcome | None:
     """Claim and advance a turn that can move on; ``None`` when there is nothing to do.
 
@@ -41,7 +41,7 @@ def resume_turn(
     if turn.status not in ts.CLAIMABLE:
         return None
     runner = new_id("run_")
-    worker = Worker(rt, turn_id, runner, deadline, hard_limit)
+    worker = Worker.within(rt, turn_id, runner, budget_seconds, remaining_seconds)
     if turn.status is TurnStatus.QUEUED:
         return _start_queued(rt, worker, turn)
     now = rt.stores.clock.now()

@@ -107,6 +107,24 @@ class Worker:
     closing: TurnCheckpoint | None = None
     """The closed checkpoint this worker's claim read (the batch it resumes on), if any."""
 
+    @classmethod
+    def within(
+        cls,
+        rt: Runtime,
+        turn_id: str,
+        runner: str,
+        budget_seconds: float | None,
+        remaining_seconds: float | None,
+    ) -> Worker:
+        """A worker holding ``turn_id`` for ``runner`` within a time budget and the time left to run.
+
+        Both are seconds from now (``None``: no limit); the worker keeps them as clock times.
+        """
+        now = rt.stores.clock.now()
+        deadline = None if budget_seconds is None else now + budget_seconds
+        hard = None if remaining_seconds is None else now + remaining_seconds
+        return cls(rt, turn_id, runner, deadline, hard)
+
     def lease_until(self) -> float:
         """A lease end from now, never past the invocation's end."""
         until = self.rt.stores.clock.now() + self.rt.lease_seconds

@@ -123,7 +123,7 @@ def run(
         raise Conflict(f"session {start.session_id} changed while this message arrived; retry") from None
     rt.observed(create, created)
     delivery.deliver(rt, notes)
-    worker = worker_for(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
+    worker = Worker.within(rt, turn.turn_id, runner, budget_seconds, remaining_seconds)
     history.extend(add.messages)
     return advance(worker, created.turn, history)
 
@@ -134,13 +134,3 @@ def replayed(rt: Runtime, key: Claim | None) -> TurnOutcome:
     if again is None:
         raise Conflict("a record to create exists; retry")
     return again
-
-
-def worker_for(
-    rt: Runtime, turn_id: str, runner: str, budget_seconds: float | None, remaining_seconds: float | None
-) -> Worker:
-    """A worker holding ``turn_id`` for ``runner`` within the request's budget and remaining time."""
-    now = rt.stores.clock.now()
-    deadline = None if budget_seconds is None else now + budget_seconds
-    hard = None if remaining_seconds is None else now + remaining_seconds
-    return Worker(rt, turn_id, runner, deadline, hard)

@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 from loopengine.app.engine import Engine
 from loopengine.app.request.resolution import Decider
+from loopengine.channels.base import NOT_AN_APPROVER
 from loopengine.channels.lark import cards
 from loopengine.channels.lark import receive as lark
 from loopengine.channels.lark import routes as route
@@ -83,7 +84,7 @@ def decide(engine: Engine, action: lark.LarkAction) -> JsonDict:
             verdict = Approval() if action.decision == cards.APPROVE else Denial()
             res = engine.resolve(action.pending_id, verdict, who)
     except Forbidden:
-        return toast("error", route.NOT_AN_APPROVER)
+        return toast("error", NOT_AN_APPROVER)
     except InvalidInput as exc:  # e.g. an answer button on an approval: these buttons cannot do it
         return toast("warning", f"This cannot be decided here: {exc}")
     fate = engine.item(action.pending_id, who).fate

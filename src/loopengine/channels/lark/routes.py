@@ -47,8 +47,6 @@ TOKEN_ENV = "LOOPENGINE_LARK_VERIFICATION_TOKEN"
 ENCRYPT_KEY_ENV = "LOOPENGINE_LARK_ENCRYPT_KEY"
 CHANNEL = "lark"
 
-NOT_AN_APPROVER = "You are not among the approvers"
-
 
 RESPONSES = openapi.callback_answers(
     "the URL verification's {challenge}, or what Lark shows: a toast and the card "

@@ -139,16 +139,14 @@ class LarkNotifier(http.HttpNotifier):
         self,
         webhook_url: str,
         *,
-        clock: Clock,
+        cards: CardMaker,
         secret: str | None = None,
-        cards: CardMaker | None = None,
         timeout: float = 5.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        """Post to ``webhook_url``, signing with ``secret`` (if given) at ``clock`` time.
+        """Post ``cards`` to ``webhook_url``, signing with ``secret`` (if given) at their clock's time.
 
-        ``cards`` (default: link buttons to the payload's ``resolveUrl``, at ``clock`` time) may
-        link to magic-link pages instead. ``transport`` replaces httpx's network transport. Raises
+        ``transport`` replaces httpx's network transport. Raises
         :class:`~loopengine.domain.base.errors.ConfigError` for a URL that is not https (or http to a
         loopback host) or a non-positive timeout.
         """
@@ -157,10 +155,9 @@ class LarkNotifier(http.HttpNotifier):
             raise ConfigError("notifier lark: the signing secret must not be empty")
         if timeout <= 0:
             raise ConfigError("notifier lark: timeout must be positive")
-        self._cards = cards if cards is not None else CardMaker(clock=clock)
+        self._cards = cards
         super().__init__(webhook_url, f"lark {host}", timeout=timeout, transport=transport)
         self._secret = secret
-        self._clock = clock
 
     def card(self, event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The card for one notification; ValueError for an unknown event or unusable payload."""
@@ -180,7 +177,7 @@ class LarkNotifier(http.HttpNotifier):
         def build() -> dict[str, Any]:
             body: dict[str, Any] = {}
             if self._secret is not None:
-                timestamp = int(self._clock.now())
+                timestamp = int(self._cards.clock.now())
                 body["timestamp"] = str(timestamp)
                 body["sign"] = sign(self._secret, timestamp)
             body["msg_type"] = "interactive"
@@ -246,4 +243,4 @@ def from_config(config: dict[str, Any], env: Mapping[str, str], clock: Clock) ->
     signing = (
         secret(config, env, "secret", "lark") if ("secret" in config or "secret_env" in config) else None
     )
-    return LarkNotifier(webhook_url, clock=clock, secret=signing, cards=cards)
+    return LarkNotifier(webhook_url, cards=cards, secret=signing)

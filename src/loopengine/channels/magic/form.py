@@ -282,35 +282,41 @@ def _by(decision: Decision) -> str:
 
 
 _VERBS = {FateState.APPROVED: "approved", FateState.DENIED: "denied", FateState.ANSWERED: "answered"}
+_ALREADY = "already-resolved", "Already resolved"
+_FIXED = {
+    FateState.GONE: ClosedState(
+        *_ALREADY, "This request is no longer open: it was already resolved, or it no longer exists."
+    ),
+    FateState.SKIPPED: ClosedState(
+        *_ALREADY,
+        "Already resolved: another call of the same request was denied, so this one was "
+        "skipped and did not run.",
+    ),
+    FateState.SUPERSEDED: ClosedState(
+        "superseded",
+        "Superseded",
+        "Superseded — the user moved on with a new message before anyone answered. "
+        "This call was neither approved nor denied, and it did not run.",
+    ),
+    FateState.CANCELLED: ClosedState(
+        "cancelled",
+        "Cancelled",
+        "Cancelled — the turn was cancelled before anyone answered. This call did not run.",
+    ),
+}
+"""What a page says for the fates whose text names no one and no time."""
 
 
 def closed_state(fate: Fate) -> ClosedState:
     """(state, title, text) for an item that is no longer open, from its :func:`item_fate`."""
     state, decision = fate.state, fate.decision
-    if state is FateState.GONE:
-        text = "This request is no longer open: it was already resolved, or it no longer exists."
-        return ClosedState("already-resolved", "Already resolved", text)
+    if state in _FIXED:
+        return _FIXED[state]
     if state in _VERBS and decision is not None:
-        text = f"Already resolved: {_VERBS[state]} by {_by(decision)}."
-        return ClosedState("already-resolved", "Already resolved", text)
-    if state is FateState.SKIPPED:
-        text = (
-            "Already resolved: another call of the same request was denied, so this one was "
-            "skipped and did not run."
-        )
-        return ClosedState("already-resolved", "Already resolved", text)
+        return ClosedState(*_ALREADY, f"Already resolved: {_VERBS[state]} by {_by(decision)}.")
     if state is FateState.EXPIRED:
         tail = "it was treated as a denial" if fate.denied_by_policy else "this call did not run"
         return ClosedState("expired", "Expired", f"Expired — nobody answered in time, so {tail}.")
-    if state is FateState.SUPERSEDED:
-        text = (
-            "Superseded — the user moved on with a new message before anyone answered. "
-            "This call was neither approved nor denied, and it did not run."
-        )
-        return ClosedState("superseded", "Superseded", text)
-    if state is FateState.CANCELLED:
-        text = "Cancelled — the turn was cancelled before anyone answered. This call did not run."
-        return ClosedState("cancelled", "Cancelled", text)
     why = decision.why if isinstance(decision, Abandoned) else None
     text = f"This request was closed without a decision: {why or 'it did not run'}."
     return ClosedState("abandoned", "Closed", text)

@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 from loopengine.app.engine import Engine
 from loopengine.app.request.resolution import Decider, Resolution
+from loopengine.channels.base import NOT_AN_APPROVER
 from loopengine.channels.slack import blocks, views
 from loopengine.channels.slack import interact as slack
 from loopengine.channels.slack import reply as slack_reply
@@ -109,7 +110,7 @@ def decide(engine: Engine, action: SlackAction) -> JsonDict:
         verdict = Approval() if action.decision == APPROVE else Denial()
         res = engine.resolve(action.pending_id, verdict, decider(action.user_id, action.pending_id))
     except Forbidden:
-        return blocks.ephemeral_message(route.NOT_AN_APPROVER)
+        return blocks.ephemeral_message(NOT_AN_APPROVER)
     except InvalidInput as exc:  # e.g. a question's pendingId: these buttons cannot answer it
         return blocks.ephemeral_message(f"This cannot be decided here: {exc}")
     return blocks.replace_message(outcome_text(engine, action, res))
@@ -151,7 +152,7 @@ def answer_option(engine: Engine, action: SlackAction) -> JsonDict:
     try:
         res = engine.answer(action.pending_id, Reply(answer), decider(action.user_id, action.pending_id))
     except Forbidden:
-        return blocks.ephemeral_message(route.NOT_AN_APPROVER)
+        return blocks.ephemeral_message(NOT_AN_APPROVER)
     except InvalidInput as exc:
         return blocks.ephemeral_message(f"This cannot be answered here: {exc}")
     if res.already_resolved:
@@ -188,7 +189,7 @@ def submit(engine: Engine, sub: SlackSubmission) -> JsonDict:
     try:
         res = engine.answer(sub.pending_id, Reply(answer), decider(sub.user_id, sub.pending_id))
     except Forbidden:
-        return blocks.submission_errors(route.NOT_AN_APPROVER)
+        return blocks.submission_errors(NOT_AN_APPROVER)
     except InvalidInput as exc:  # e.g. an approval's pendingId
         return blocks.submission_errors(f"This cannot be answered here: {exc}")
     if res.already_resolved:

@@ -66,7 +66,6 @@ BOT_TOKEN_ENV = "LOOPENGINE_SLACK_BOT_TOKEN"
 API_BASE_ENV = "LOOPENGINE_SLACK_API_BASE"
 CHANNEL = "slack"
 
-NOT_AN_APPROVER = "You are not among the approvers"
 NO_ANSWER = "Type an answer"
 
 REPLY_TIMEOUT = 2.0
