@@ -6,7 +6,8 @@ the library catches; at ``invoke`` an ordinary exception: the resume invoke fail
 only the product's own mechanisms: Lambda's redelivery of a failed async resume (two retries), a
 person clicking again after an error, and the sweep after the clock moves on. Never a hand-made
 resume. Then: the turn is finished, every tool ran at most once, every tool_use has exactly one
-tool_result, and ``unknown`` appears exactly where nothing can vouch for the outcome.
+tool_result, and ``unknown`` appears exactly where nothing can vouch for the outcome: a call reported
+``unknown`` that never ran only where the process was killed between its claim's commit and its body.
 
 The matrix is printed (``pytest -s``) and written to ``docs/reliability.md``'s table by hand.
 """
@@ -65,6 +66,10 @@ UNKNOWN_EXPECTED[("tool_returned", 2)] = "r1"
 # write is a crash between a claim and its run, so nothing can vouch for the call: unknown, never rerun.
 UNKNOWN_EXPECTED[("model_recorded", 1)] = "l1"
 UNKNOWN_EXPECTED[("claimed", 1)] = "r1"
+CLAIM_TO_BODY = frozenset({"model_recorded", "claimed", "tool_claimed"})
+"""Crash points between a claim's commit and its body's first line: a kill there cannot be told
+apart from one a moment later, mid-body, so the call is ``unknown`` though it never ran."""
+TOOL_OF = {"l1": "lookup", "r1": "refund", "e1": "email"}
 STORES = {"sqlite": make_sqlite, "dynamodb": make_dynamodb}
 MATRIX: dict[tuple[str, int], dict[str, str]] = {}
 PRODUCTION_LEASE = 60.0
@@ -259,6 +264,8 @@ def _check(name: str, got: dict[str, Any], point: str, nth: int) -> None:
     assert all(count <= 1 for count in got["runs"].values()), got["runs"]
     expected_unknown = UNKNOWN_EXPECTED.get((point, nth))
     assert got["unknown"] == ([expected_unknown] if expected_unknown else [])
+    never_ran = [u for u in got["unknown"] if got["runs"][TOOL_OF[u]] == 0]
+    assert not never_ran or point in CLAIM_TO_BODY, f"{never_ran} reported unknown but never ran"
     if expected_unknown is None:
         assert got["runs"] == {"lookup": 1, "refund": 1, "email": 1}
     assert got["approvals"] == 2, "each approval was announced (at least once)"
