@@ -42,6 +42,32 @@ def _refund(args):
 TOOLS = [Tool("refund", "Refund something.", SCHEMA, _refund)]
 """
 
+BLOCKING_TOOLS_PY = """\
+import time
+from pathlib import Path
+
+from loopengine.authoring.tools import Tool
+
+HERE = Path(__file__).parent
+SCHEMA = {{"type": "object", "properties": {{"x": {{"type": "integer"}}}}, "required": ["x"]}}
+
+
+def _run(args):
+    with (HERE / "started.log").open("a") as out:  # the side effect, first
+        out.write(f"{{args['x']}}\\n")
+    give_up = time.monotonic() + 60  # an API that answers once the test says so (or the process dies)
+    while not (HERE / "release").exists() and time.monotonic() < give_up:
+        time.sleep(0.02)
+    with (HERE / "finished.log").open("a") as out:
+        out.write(f"{{args['x']}}\\n")
+    return {{"{result}": args["x"]}}
+
+
+TOOLS = [Tool("{tool}", "{description}", SCHEMA, _run)]
+"""
+"""A tools.py whose one tool writes ``x`` to ``started.log``, waits for a ``release`` file in the folder,
+then writes ``finished.log`` and returns ``{result: x}`` (``.format(tool=, description=, result=)``)."""
+
 SCRIPT_PY = """\
 from loopengine.models.scripted import call, say, use
 

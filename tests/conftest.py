@@ -19,6 +19,7 @@ from loopengine.app.engine import Engine
 from loopengine.app.ports import ModelClient, ResumeInvoker
 from loopengine.authoring.agent import AgentConfig
 from loopengine.http import root
+from tests.dev_support import DevProcess
 from tests.handler_support import InstallRoot
 from tests.harness import Build, Harness, make_harness
 
@@ -126,3 +127,12 @@ def _longest_first(item: pytest.Item) -> tuple[bool, float]:
     """Sort key: long tests first, the longest (``slow(seconds=...)``, a rough figure) before them."""
     marks = [mark for name in LONG_FIRST if (mark := item.get_closest_marker(name)) is not None]
     return (not marks, -max((float(mark.kwargs.get("seconds", 0)) for mark in marks), default=0.0))
+
+
+@pytest.fixture
+def servers() -> Iterator[list[DevProcess]]:
+    """``loopengine dev`` processes a test starts (append them): each stopped when the test ends."""
+    started: list[DevProcess] = []
+    yield started
+    for srv in started:
+        srv.stop()

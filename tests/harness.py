@@ -7,6 +7,7 @@ messages, so resumes in "another process" continue the script), and read what wa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,3 +146,35 @@ def make_harness(
 
 Build = Callable[..., Harness]
 """``build(*configs, model=..., inline=True)``: the ``install_harness`` fixture (tests/conftest.py)."""
+
+
+def reports_unknown(content: str) -> bool:
+    """Whether a tool_result's content reports the call ``unknown`` (outcomes.unknown's JSON, or text)."""
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        return "unknown" in content
+    return isinstance(parsed, dict) and parsed.get("status") == "unknown"
+
+
+class LambdaAsync:
+    """Lambda's async invoke: queued, delivered later, a delivery that fails (raises ``fails``)
+    retried twice, as Lambda retries an asynchronous event."""
+
+    def __init__(self, fails: type[BaseException] = Exception) -> None:
+        self.fails = fails
+        self.queue: list[tuple[str, int]] = []
+        self.redelivered = 0
+
+    def invoke(self, turn_id: str, version: str | None = None) -> None:
+        self.queue.append((turn_id, 0))
+
+    def deliver(self, engine: Engine) -> None:
+        while self.queue:
+            turn_id, attempt = self.queue.pop(0)
+            try:
+                engine.resume(turn_id)
+            except self.fails:
+                if attempt < 2:
+                    self.redelivered += 1
+                    self.queue.append((turn_id, attempt + 1))

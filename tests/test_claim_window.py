@@ -32,7 +32,7 @@ from loopengine.models.scripted import ScriptedModel, call, say, use
 from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
 from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
-from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
+from tests.harness import Calls, RecordingNotifier, StaticAgents, agent, reports_unknown
 
 TABLE = "loopengine-claim-window"
 WHO = Decider("ops@example.com")
@@ -130,14 +130,6 @@ def client(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         yield one_request_at_a_time(new_client())
 
 
-def _unknown(content: str) -> bool:
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        return "unknown" in content
-    return isinstance(parsed, dict) and parsed.get("status") == "unknown"
-
-
 CELLS = [(1, True), (1, False), (2, False), (3, False)]
 
 
@@ -189,6 +181,6 @@ def test_a_read_throttled_around_the_refunds_claim_leaves_it_to_run_once(
     assert turn is not None and (turn.status, turn.stop_reason) == (TurnStatus.FINISHED, StopReason.END_TURN)
     history = rt.stores.sessions.load("ses_window")
     check_protocol(history)
-    unknown = [r.tool_use_id for m in history for r in m.tool_results if _unknown(r.content)]
+    unknown = [r.tool_use_id for m in history for r in m.tool_results if reports_unknown(r.content)]
     assert unknown == [], "a call reported unknown though nothing could have started it"
     assert calls.count("refund") == 1 and calls.count("lookup") == 1

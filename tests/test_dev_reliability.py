@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from loopengine.domain.messages import Message, check_protocol
-from tests.agent_folders import write_agent
+from tests.agent_folders import BLOCKING_TOOLS_PY, write_agent
 from tests.anthropic_sse import sse_body
 from tests.dev_support import DevProcess, free_port, request
 
@@ -35,29 +35,7 @@ FAST = {
     "LOOPENGINE_MODEL_RETRY_SECONDS": "0.5",
 }
 
-BLOCKING_TOOLS = """\
-import time
-from pathlib import Path
-
-from loopengine.authoring.tools import Tool
-
-HERE = Path(__file__).parent
-SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
-
-
-def _ship(args):
-    with (HERE / "started.log").open("a") as out:
-        out.write(f"{args['x']}\\n")
-    give_up = time.monotonic() + 60  # the file never appears: the process dies first
-    while not (HERE / "release").exists() and time.monotonic() < give_up:
-        time.sleep(0.05)
-    with (HERE / "finished.log").open("a") as out:
-        out.write(f"{args['x']}\\n")
-    return {"shipped": args["x"]}
-
-
-TOOLS = [Tool("ship", "Ship something.", SCHEMA, _ship)]
-"""
+BLOCKING_TOOLS = BLOCKING_TOOLS_PY.format(tool="ship", description="Ship something.", result="shipped")
 
 ECHO_SCRIPT = """\
 from loopengine.models.scripted import call, say, use
@@ -123,14 +101,6 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "LOOPENGINE_MODEL": "scripted",
         **extra,
     }
-
-
-@pytest.fixture
-def servers() -> Iterator[list[DevProcess]]:
-    started: list[DevProcess] = []
-    yield started
-    for srv in started:
-        srv.stop()
 
 
 def _serve(servers: list[DevProcess], env: dict[str, str], log: Path, *args: str) -> DevProcess:

@@ -15,7 +15,6 @@ the write token on the items (``wtok``) that recognises a re-sent transaction.
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,7 @@ from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
 from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
 from tests.dynamodb_faults import ResponseLost
-from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
+from tests.harness import Calls, RecordingNotifier, StaticAgents, agent, reports_unknown
 
 pytestmark = pytest.mark.slow  # real processes, seconds per test: make test runs these first
 
@@ -110,16 +109,8 @@ def observe(engine: Engine) -> Seen:
         "stop": turn.stop_reason.value if turn.stop_reason else None,
         "open items": len(engine.outcome(turn.turn_id).pending),
         "shape": [(m.role, tuple(u.name for u in m.tool_uses), len(m.tool_results)) for m in history],
-        "unknown": sum(_unknown(r.content) for r in results),
+        "unknown": sum(reports_unknown(r.content) for r in results),
     }
-
-
-def _unknown(content: str) -> bool:
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        return "unknown" in content
-    return isinstance(parsed, dict) and parsed.get("status") == "unknown"
 
 
 def message(engine: Engine) -> Seen:
@@ -211,7 +202,7 @@ def test_many_sessions_with_lost_responses_all_come_to_rest(monkeypatch: pytest.
             return {
                 "first click": "alreadyResolved" if click.already_resolved else "accepted",
                 "status": engine.turn(out.turn_id).status.value,
-                "unknown": sum(_unknown(r.content) for r in results),
+                "unknown": sum(reports_unknown(r.content) for r in results),
             }
 
         d.faults.arm(rate=1 / 8)

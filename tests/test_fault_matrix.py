@@ -40,7 +40,7 @@ from loopengine.domain.tokens.context_window import ContextPolicy
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.contract.conftest import make_dynamodb, make_sqlite
-from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
+from tests.harness import Calls, LambdaAsync, RecordingNotifier, StaticAgents, agent
 
 RULES = {"rules": [{"tool": "lookup", "decision": "allow"}], "default_decision": "ask"}
 REVIEWER = Decider("ops@example.com")
@@ -82,27 +82,6 @@ STEP = 61.0
 
 class Crash(BaseException):
     """The process dies here."""
-
-
-class LambdaAsync:
-    """Lambda's async invoke: queued, delivered later, a failed delivery retried twice."""
-
-    def __init__(self) -> None:
-        self.queue: list[tuple[str, int]] = []
-        self.redelivered = 0
-
-    def invoke(self, turn_id: str, version: str | None = None) -> None:
-        self.queue.append((turn_id, 0))
-
-    def deliver(self, engine: Engine) -> None:
-        while self.queue:
-            turn_id, attempt = self.queue.pop(0)
-            try:
-                engine.resume(turn_id)
-            except Crash:
-                if attempt < 2:
-                    self.redelivered += 1
-                    self.queue.append((turn_id, attempt + 1))
 
 
 @dataclass
@@ -148,7 +127,7 @@ def _engine(
             say("done"),
         ]
     )
-    notifier, invoker = RecordingNotifier(), LambdaAsync()
+    notifier, invoker = RecordingNotifier(), LambdaAsync(fails=Crash)
     rt = Runtime(
         stores=stores,
         agents=StaticAgents(cfg),
@@ -328,7 +307,7 @@ def _compacting_engine(stores: Stores, calls: Calls) -> tuple[Engine, LambdaAsyn
         max_tokens=256,
         context=ContextPolicy(window_tokens=4_000),
     )
-    invoker = LambdaAsync()
+    invoker = LambdaAsync(fails=Crash)
     rt = Runtime(
         stores=stores,
         agents=StaticAgents(cfg),

@@ -41,14 +41,6 @@ class SlowAnthropic(FakeAnthropic):
 
 
 @pytest.fixture
-def servers() -> Iterator[list[DevProcess]]:
-    started: list[DevProcess] = []
-    yield started
-    for srv in started:
-        srv.stop()
-
-
-@pytest.fixture
 def slow_model(tmp_path: Path) -> Iterator[Callable[..., tuple[SlowAnthropic, dict[str, str]]]]:
     fakes: list[SlowAnthropic] = []
 

@@ -115,14 +115,6 @@ def test_a_slot_left_by_a_dead_request_frees_itself(edge: Edge) -> None:
     assert turns.hold_wait("w_dead", LIMIT, now + 10, now + 15) is not None  # expired: free again
 
 
-@pytest.fixture
-def servers() -> Iterator[list[DevProcess]]:
-    started: list[DevProcess] = []
-    yield started
-    for srv in started:
-        srv.stop()
-
-
 @pytest.mark.slow
 def test_loopengine_dev_keeps_health_and_resumes_going_while_a_user_holds_every_wait(
     tmp_path: Path, servers: list[DevProcess]

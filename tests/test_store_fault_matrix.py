@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from loopengine.stores.dynamodb import create_table, open_dynamodb_stores
 from loopengine.stores.dynamodb_table import new_client
 from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
 from tests.dynamodb_faults import ATTEMPTS, KINDS, WRITES, RequestFault
-from tests.harness import Calls, RecordingNotifier, StaticAgents, agent
+from tests.harness import Calls, LambdaAsync, RecordingNotifier, StaticAgents, agent, reports_unknown
 
 pytestmark = pytest.mark.slow(seconds=8)  # one kind per test (about 6 s of CPU): xdist spreads the four
 # (no xdist_group: the kinds share nothing but the module's moto backend, which each worker makes once)
@@ -64,27 +63,6 @@ HONEST = {StopReason.END_TURN, StopReason.ERROR}
 ATTEMPTED = {"throttled": ATTEMPTS, "lost": ATTEMPTS, "transient": 2, "applied": 2, "ambiguous": ATTEMPTS}
 """botocore's attempts of the faulted request: its retries run out, or its one re-send succeeds."""
 MATRIX: dict[str, list[str]] = {}
-
-
-class LambdaAsync:
-    """Lambda's async invoke: queued, delivered later, a failed delivery retried twice."""
-
-    def __init__(self) -> None:
-        self.queue: list[tuple[str, int]] = []
-        self.redelivered = 0
-
-    def invoke(self, turn_id: str, version: str | None = None) -> None:
-        self.queue.append((turn_id, 0))
-
-    def deliver(self, engine: Engine) -> None:
-        while self.queue:
-            turn_id, attempt = self.queue.pop(0)
-            try:
-                engine.resume(turn_id)
-            except Exception:  # the function failed: Lambda tries the event again, twice
-                if attempt < 2:
-                    self.redelivered += 1
-                    self.queue.append((turn_id, attempt + 1))
 
 
 @dataclass
@@ -200,7 +178,7 @@ def verdict(cell: Cell) -> dict[str, Any]:
         names.get(r.tool_use_id, r.tool_use_id)
         for m in history
         for r in m.tool_results
-        if _unknown(r.content)
+        if reports_unknown(r.content)
     ]
     seen = {
         "status": turn.status.value,
@@ -225,14 +203,6 @@ def problems(seen: dict[str, Any]) -> list[str]:
     if never_ran:
         wrong.append(f"unknown but never ran: {','.join(never_ran)}")
     return wrong
-
-
-def _unknown(content: str) -> bool:
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        return "unknown" in content
-    return isinstance(parsed, dict) and parsed.get("status") == "unknown"
 
 
 def reference(deployment: Deployment) -> list[str]:

@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from loopengine.app.request.resolution import Decider
 from loopengine.bootstrap import build_engine
 from loopengine.domain.decisions import Approval
 from loopengine.domain.messages import Message, check_protocol
-from tests.agent_folders import write_agent
+from tests.agent_folders import BLOCKING_TOOLS_PY, write_agent
 from tests.dev_support import DevProcess, free_port, request
 
 pytestmark = pytest.mark.slow  # real processes, seconds: make test runs these first
@@ -41,27 +41,7 @@ LOCAL_WORKERS = ThreadInvoker().max_running
 """The resumes one ``loopengine dev`` environment runs at once (8): the sweep's other turns wait."""
 FAST = {"LOOPENGINE_LEASE_SECONDS": "2", "LOOPENGINE_HANDOFF_GRACE_SECONDS": "1"}
 
-TOOLS = """\
-import time
-from pathlib import Path
-
-from loopengine.authoring.tools import Tool
-
-HERE = Path(__file__).parent
-SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
-
-
-def _refund(args):
-    with (HERE / "refunds.log").open("a") as out:  # the side effect, first
-        out.write(f"{args['x']}\\n")
-    give_up = time.monotonic() + 60  # a payment API that answers once the test says so
-    while not (HERE / "release").exists() and time.monotonic() < give_up:
-        time.sleep(0.02)
-    return {"refunded": args["x"]}
-
-
-TOOLS = [Tool("refund", "Refund an order.", SCHEMA, _refund)]
-"""
+TOOLS = BLOCKING_TOOLS_PY.format(tool="refund", description="Refund an order.", result="refunded")
 
 SCRIPT = """\
 from loopengine.models.scripted import call, say, use
@@ -95,14 +75,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def servers() -> Iterator[list[DevProcess]]:
-    started: list[DevProcess] = []
-    yield started
-    for srv in started:
-        srv.stop()
-
-
 def _serve(servers: list[DevProcess], env: dict[str, str], log: Path, *args: str) -> DevProcess:
     srv = DevProcess(env, free_port(), log, ("--workers", "2", *args))
     srv.start()
@@ -123,7 +95,7 @@ def _until(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
 
 def _ran(folder: Path) -> list[int]:
     """The refunds whose bodies started, in any process (the tool's first act writes the line)."""
-    log = folder / "refunds.log"
+    log = folder / "started.log"
     return [int(x) for x in log.read_text().split()] if log.exists() else []
 
 
