@@ -191,11 +191,13 @@ class Result:
 
     def median(self, side: str, what: str) -> float:
         """The median ``what`` (``wall``, ``cpu``, ``rss_kb``) of ``side`` (``handler``, ``floor``)."""
-        return statistics.median(getattr(s, what) for s in getattr(self, side))
+        middle: float = statistics.median(getattr(s, what) for s in getattr(self, side))
+        return middle
 
     def least(self, side: str, what: str) -> float:
         """The smallest ``what`` of ``side`` (the run least disturbed by other load)."""
-        return min(getattr(s, what) for s in getattr(self, side))
+        least: float = min(getattr(s, what) for s in getattr(self, side))
+        return least
 
     def ratio(self, what: str) -> float:
         """Handler median / floor median (the figure the target applies to)."""

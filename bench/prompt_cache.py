@@ -193,6 +193,7 @@ def _tools() -> list[Tool]:
 def reply(n: int, body: JsonDict) -> JsonDict:
     """The model: look the order up, then answer about it (about 60 tokens)."""
     last = body["messages"][-1]["content"]
+    content: list[JsonDict]
     if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
         content = [
             {

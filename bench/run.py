@@ -8,6 +8,7 @@ goes to bench/results/cold_import.json).
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import tempfile
@@ -75,7 +76,7 @@ def main() -> None:
     from bench import prompt_cache
 
     bill = prompt_cache.run()
-    prompt_cache.RESULT.write_text(prompt_cache.json.dumps(bill, indent=2) + "\n")
+    prompt_cache.RESULT.write_text(json.dumps(bill, indent=2) + "\n")
     print("  " + prompt_cache.table(bill).replace("\n", "\n  "))
     print(f"  (goal: turn 12 <= {prompt_cache.GOAL} of its prompt; see docs/performance.md)")
     try:

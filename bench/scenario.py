@@ -47,7 +47,8 @@ if str(ROOT) not in sys.path:  # the bench agent's tools import bench.effects
     sys.path.insert(0, str(ROOT))
 
 
-from bench.dynamodb_requests import TABLE, PhaseInvoker, metered_stack  # noqa: E402, F401 (TABLE: for callers)
+from bench.dynamodb_requests import TABLE as TABLE  # noqa: E402 (TABLE: for callers)
+from bench.dynamodb_requests import PhaseInvoker, metered_stack  # noqa: E402
 from bench.effects import RUNS  # noqa: E402
 from bench.meter import Meter  # noqa: E402
 from loopengine.app.engine import Engine  # noqa: E402

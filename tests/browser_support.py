@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from selenium.common.exceptions import (
     NoSuchElementException,
@@ -39,10 +39,10 @@ def _replaced(exc: WebDriverException) -> bool:
     return any(words in str(exc) for words in DETACHED)
 
 
-def wait_for(driver: Any, condition: Callable[[Any], T], what: str, timeout: float = TIMEOUT) -> T:
+def wait_for(driver: Any, condition: Callable[[Any], T | None], what: str, timeout: float = TIMEOUT) -> T:
     """``condition(driver)`` once it is truthy; a run that met a replaced page is run again."""
 
-    def tolerant(d: Any) -> T | bool:
+    def tolerant(d: Any) -> T | Literal[False] | None:
         try:
             return condition(d)
         except WebDriverException as exc:
@@ -50,7 +50,8 @@ def wait_for(driver: Any, condition: Callable[[Any], T], what: str, timeout: flo
                 return False
             raise
 
-    result: T = WebDriverWait(driver, timeout, poll_frequency=0.1).until(tolerant, f"waiting for {what}")
+    result = WebDriverWait(driver, timeout, poll_frequency=0.1).until(tolerant, f"waiting for {what}")
+    assert result is not None  # until() returns only a truthy value
     return result
 
 

@@ -7,7 +7,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from loopengine.app.engine import Engine
 from loopengine.local.dev import LocalContext
@@ -28,6 +30,11 @@ class FakeContext(LocalContext):
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
+
+
+def lambda_context(context: LocalContext) -> LambdaContext:
+    """``context`` typed as the handlers' parameter: it has the Lambda context attributes they read."""
+    return cast("LambdaContext", context)
 
 
 def load_event(name: str, **subst: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.handler_support import InstallRoot, call, load_event, with_body
 ALLOW_ALL = "rules: []\ndefault_decision: allow\n"
 
 
-def post(agent: str, message: str = "Order A-1001 arrived broken.") -> tuple[int, dict[str, object]]:
+def post(agent: str, message: str = "Order A-1001 arrived broken.") -> tuple[int, dict[str, Any]]:
     event = with_body(load_event("post_message"), {"message": message})
     event["rawPath"] = event["requestContext"]["http"]["path"] = f"/agents/{agent}/messages"
     return call(api.handler, event)
@@ -48,7 +49,7 @@ def test_a_broken_agent_answers_503_and_the_others_keep_working(
     install_root: InstallRoot, tmp_path: Path, files: dict[str, str], where: str
 ) -> None:
     extra = tmp_path / "extra"
-    write_agent(extra, "shop", **files)  # type: ignore[arg-type]
+    write_agent(extra, "shop", **files)
     write_agent(extra, "desk", rules=ALLOW_ALL)
     install_root(lambda engine: InlineInvoker(engine.resume), LOOPENGINE_AGENTS_PATH=str(extra))
 
@@ -129,7 +130,7 @@ def test_a_scaffolded_agent_runs_offline_through_the_api(install_root: InstallRo
     assert (status, body["status"]) == (200, "finished") and "opened ticket" in str(body["text"])
     status, body = post("returns-desk", "Urgent: the shop is down")
     assert (status, body["status"]) == (202, "paused")
-    [item] = body["pendingItems"]  # type: ignore[misc]
+    [item] = body["pendingItems"]
     resolve = with_body(load_event("resolve_approve", pendingId=item["pendingId"]), {"decision": "approve"})
     status, _ = call(api.handler, resolve)
     assert status in (200, 202)

@@ -27,7 +27,7 @@ from loopengine.http import api, root
 from loopengine.http.functions import resume
 from loopengine.stores.dynamodb import DynamoCheckpointStore
 from tests.contract.conftest import moto_dynamodb, one_request_at_a_time
-from tests.handler_support import FakeContext, call, load_event, with_auth, with_body
+from tests.handler_support import FakeContext, call, lambda_context, load_event, with_auth, with_body
 
 TABLE = "loopengine-api-test"
 PLACEHOLDER_SESSION = "ses_00000000000000000000000000000000"
@@ -113,7 +113,9 @@ def deny(pending_id: str) -> tuple[int, dict[str, Any]]:
 
 def deliver_resume(turn_id: str) -> dict[str, Any]:
     """One delivery of the resume Lambda's async event."""
-    answer: dict[str, Any] = resume.handler(load_event("resume", turnId=turn_id), FakeContext())
+    answer: dict[str, Any] = resume.handler(
+        load_event("resume", turnId=turn_id), lambda_context(FakeContext())
+    )
     return answer
 
 

@@ -17,6 +17,7 @@ from tests.handler_support import (
     FakeContext,
     InstallRoot,
     call,
+    lambda_context,
     load_event,
     with_auth,
     with_body,
@@ -33,7 +34,7 @@ def _deliver(engine: Engine) -> None:
     invoker = engine.rt.invoker
     assert isinstance(invoker, RecordingInvoker)
     while invoker.invoked:
-        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), FakeContext())
+        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), lambda_context(FakeContext()))
 
 
 def _pause() -> tuple[int, dict[str, Any]]:
@@ -125,8 +126,8 @@ def test_approve_resume_chain_finish_through_handlers(engine: Engine) -> None:
     invoker = engine.rt.invoker
     assert isinstance(invoker, RecordingInvoker) and invoker.invoked == [turn_id]
     # AND the resume event is delivered twice (Lambda async is at least once)
-    first_run = resume.handler(load_event("resume", turnId=turn_id), FakeContext())
-    duplicate = resume.handler(load_event("resume", turnId=turn_id), FakeContext())
+    first_run = resume.handler(load_event("resume", turnId=turn_id), lambda_context(FakeContext()))
+    duplicate = resume.handler(load_event("resume", turnId=turn_id), lambda_context(FakeContext()))
     # THEN it resumed once and paused again on the refund email (chained)
     assert first_run["resumed"] is True and first_run["status"] == "paused"
     assert duplicate == {"resumed": False, "turnId": turn_id}
@@ -137,7 +138,7 @@ def test_approve_resume_chain_finish_through_handlers(engine: Engine) -> None:
     assert [e["type"] for e in turn["audit"]].count("resumed") == 1
     # WHEN the email is approved and resumed
     call(api.handler, load_event("resolve_approve", pendingId=email["pendingId"]))
-    resume.handler(load_event("resume", turnId=turn_id), FakeContext())
+    resume.handler(load_event("resume", turnId=turn_id), lambda_context(FakeContext()))
     # THEN the turn finished with the final reply, and the session history is protocol-valid
     _, turn = call(api.handler, load_event("get_turn", turnId=turn_id))
     assert turn["status"] == "finished" and turn["stopReason"] == "end_turn"
@@ -247,19 +248,22 @@ def test_a_new_message_supersedes_a_parked_turn(engine: Engine) -> None:
 
 
 def test_schedule_starts_an_unattended_turn(engine: Engine) -> None:
-    out = schedule.handler(load_event("schedule_turn"), FakeContext())
+    out = schedule.handler(load_event("schedule_turn"), lambda_context(FakeContext()))
     assert out["started"] is True
     started = [e for e in engine.rt.stores.turns.events(out["turnId"]) if e["type"] == "started"]
     assert started[0]["trigger"] == "schedule"
 
 
 def test_schedule_rejects_bad_input_without_raising(engine: Engine) -> None:
-    assert schedule.handler({"message": "no agent"}, FakeContext())["started"] is False
-    assert schedule.handler({"agent": "nobody", "message": "x"}, FakeContext())["started"] is False
+    assert schedule.handler({"message": "no agent"}, lambda_context(FakeContext()))["started"] is False
+    assert (
+        schedule.handler({"agent": "nobody", "message": "x"}, lambda_context(FakeContext()))["started"]
+        is False
+    )
 
 
 def test_resume_without_turn_id_does_not_raise(engine: Engine) -> None:
-    assert resume.handler({}, FakeContext())["resumed"] is False
+    assert resume.handler({}, lambda_context(FakeContext()))["resumed"] is False
 
 
 def test_every_sample_event_is_answered_without_a_500(
@@ -280,5 +284,5 @@ def test_every_sample_event_is_answered_without_a_500(
 def test_resume_of_a_turn_that_does_not_exist_answers_instead_of_raising(engine: Engine) -> None:
     # `sam local invoke ResumeFunction -e events/resume.json` on an empty store; in AWS a
     # retry could not make the turn appear, so it must not fail into the redrive queue.
-    answer = resume.handler(load_event("resume"), FakeContext())
+    answer = resume.handler(load_event("resume"), lambda_context(FakeContext()))
     assert answer == {"resumed": False, "turnId": PLACEHOLDER_TURN, "reason": "no such turn"}

@@ -29,7 +29,15 @@ from tests.design_routes import (
     served_routes,
     template_routes,
 )
-from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_auth, with_body
+from tests.handler_support import (
+    FakeContext,
+    InstallRoot,
+    call,
+    lambda_context,
+    load_event,
+    with_auth,
+    with_body,
+)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 TEMPLATE_ROUTES = template_routes()
@@ -68,7 +76,7 @@ def _pending() -> str:
 def _get(path: str, user: str | None = "admin") -> dict[str, Any]:
     event = with_auth(load_event("health"), user)
     event["rawPath"] = event["requestContext"]["http"]["path"] = path
-    result: dict[str, Any] = api.handler(event, FakeContext())
+    result: dict[str, Any] = api.handler(event, lambda_context(FakeContext()))
     return result
 
 

@@ -32,6 +32,7 @@ from loopengine.http import api, auth, root
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests import lark_support
+from tests.handler_support import lambda_context
 from tests.harness import Build, Calls, Harness, agent
 
 USERS = [
@@ -157,7 +158,7 @@ def request(method: str, path: str, body: Any, caller: str) -> tuple[int, dict[s
     event = to_event(method, path, headers, raw, "127.0.0.1")
     if caller in JWTS:
         event["requestContext"]["authorizer"] = {"jwt": {"claims": JWTS[caller], "scopes": None}}
-    result = api.handler(event, LocalContext())
+    result = api.handler(event, lambda_context(LocalContext()))
     text = result["body"] or "{}"
     return int(result["statusCode"]), json.loads(text) if text.startswith("{") else {"html": text}
 
@@ -264,12 +265,13 @@ CASES = [(route, caller) for route in ROUTES for caller in CALLERS]
 
 @pytest.mark.parametrize(("route", "caller"), CASES, ids=[f"{r}-{c}" for r, c in CASES])
 def test_the_authorization_matrix(world: dict[str, Any], route: str, caller: str) -> None:
-    method, path, body = ROUTES[route]
+    method, path, spec = ROUTES[route]
     path = path.format(**world)
-    if callable(body):
-        body = body(world)
-    elif body is not None:
-        body = {k: (v.format(**world) if isinstance(v, str) else v) for k, v in body.items()}
+    body: dict[str, Any] | Form | None = None
+    if callable(spec):
+        body = spec(world)
+    elif spec is not None:
+        body = {k: (v.format(**world) if isinstance(v, str) else v) for k, v in spec.items()}
     before = dump(world["h"])
 
     status, reply = request(method, path, body, caller)

@@ -31,6 +31,7 @@ from loopengine.http import api, auth, root
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests import lark_support
+from tests.handler_support import lambda_context
 from tests.harness import Build, Calls, Harness, agent
 
 USERS = [{"user": "alice", "password": "a-pw", "tenants": [""]}]
@@ -64,7 +65,7 @@ def h(install_harness: Build, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harne
 
 
 def send(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    result = api.handler(event, LocalContext())
+    result = api.handler(event, lambda_context(LocalContext()))
     text = result["body"] or "{}"
     return int(result["statusCode"]), json.loads(text) if text.startswith("{") else {"html": text}
 

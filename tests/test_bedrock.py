@@ -138,7 +138,8 @@ def test_a_bedrock_agent_streams_pauses_on_a_gated_call_and_finishes_through_the
         assert r.body["messages"][-1]["content"][-1]["cache_control"] == hour
         assert r.body["anthropic_version"]  # the SDK's, in the body (Bedrock has no header for it)
     # ... so the second call (after the approval, in the resume) read the first one's prompt from the cache
-    first, second = runtime.meter.bills if runtime.meter else ()
+    assert runtime.meter is not None
+    first, second = runtime.meter.bills
     assert second.usage["cache_read_input_tokens"] == prompt_tokens(first.usage) > 0
 
 
@@ -201,12 +202,15 @@ def test_a_refused_signature_is_fatal_and_says_what_to_check(runtime: BedrockRun
 
 
 def test_the_provider_comes_from_the_agent_else_the_deployment_and_scripted_wins(aws: None) -> None:
+    from anthropic import AnthropicBedrock
+
     registry = AgentRegistry.from_env({})
     config = registry.get("customer-service")
     bedrock = {"LOOPENGINE_MODEL_PROVIDER": "bedrock", "AWS_REGION": REGION}
     chosen = ModelChooser(bedrock, registry)(config)
     assert isinstance(chosen, AnthropicModel) and chosen.service == BEDROCK and chosen.model is None
-    assert type(chosen.client).__name__ == "AnthropicBedrock" and chosen.client.aws_region == REGION
+    assert type(chosen.client).__name__ == "AnthropicBedrock" and isinstance(chosen.client, AnthropicBedrock)
+    assert chosen.client.aws_region == REGION
     assert isinstance(
         ModelChooser({**bedrock, "LOOPENGINE_MODEL": "scripted"}, registry)(config), ScriptedModel
     )

@@ -22,7 +22,7 @@ from loopengine.app.ports import ModelRequest, ModelResponse
 from loopengine.http import api, budget
 from loopengine.local.dev_http import to_event
 from loopengine.models.scripted import ScriptedModel, say
-from tests.handler_support import FakeContext, load_event
+from tests.handler_support import FakeContext, lambda_context, load_event
 from tests.harness import Build, agent
 
 NOW = 1_800_000_000.0
@@ -44,6 +44,7 @@ def test_the_budget_is_what_is_left_of_it_since_arrival(ago: float, configured: 
 
 
 def test_a_stamp_that_is_no_live_requests_counts_as_arriving_now() -> None:
+    event: dict[str, Any]
     for event in (load_event("post_message"), stamped(-600), stamped(3600), {"requestContext": {}}, {}):
         assert budget.seconds(FakeContext(), event, NOW, {}) == budget.API_BUDGET_SECONDS
     # the invocation's own time still bounds it (Lambda's remaining time less the margin)
@@ -68,7 +69,9 @@ def test_a_cold_request_answers_within_29_seconds_of_its_arrival(install_harness
     event["pathParameters"] = {"agent": "slow"}
     arrived = h.clock.now() - 12
     answers: list[dict[str, Any]] = []
-    sender = threading.Thread(target=lambda: answers.append(api.handler(event, FakeContext())))
+    sender = threading.Thread(
+        target=lambda: answers.append(api.handler(event, lambda_context(FakeContext())))
+    )
     sender.start()
     try:
         assert in_call.wait(30)

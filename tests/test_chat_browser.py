@@ -126,7 +126,12 @@ class Page:
         from selenium.webdriver.common.by import By
 
         box: list[Any] = []
-        self.wait.until(lambda d: box.append(what(d.find_element(By.CSS_SELECTOR, css))) or True)
+
+        def read_once(d: Any) -> bool:
+            box.append(what(d.find_element(By.CSS_SELECTOR, css)))
+            return True
+
+        self.wait.until(read_once)
         return box[-1]
 
     def gone(self, css: str) -> None:

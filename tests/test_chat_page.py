@@ -17,7 +17,7 @@ from loopengine.channels.chat import render
 from loopengine.domain.decisions import Denial
 from loopengine.domain.principals import Principal
 from loopengine.http import api
-from tests.handler_support import FakeContext, InstallRoot, load_event, with_auth
+from tests.handler_support import FakeContext, InstallRoot, lambda_context, load_event, with_auth
 
 USERS = [{"user": "alice", "password": "pw", "tenants": ["acme"]}]
 HOSTILE = 'Order A-1001 arrived broken <script>alert("x")</script> & "quoted"'
@@ -37,7 +37,7 @@ def _get(path: str, user: str | None = "admin", password: str = "secret", **head
     event["queryStringParameters"] = dict(p.split("=", 1) for p in query.split("&")) if query else None
     event["pathParameters"] = {}
     event["headers"] = {**event["headers"], **headers}
-    result: dict[str, Any] = api.handler(event, FakeContext())
+    result: dict[str, Any] = api.handler(event, lambda_context(FakeContext()))
     result["headers"] = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     return result
 
@@ -141,7 +141,7 @@ def test_no_other_file_is_served(engine: Engine) -> None:
 def _post_message(**headers: str) -> dict[str, Any]:
     event = load_event("post_message")
     event["headers"] = {**event["headers"], **headers}
-    result: dict[str, Any] = api.handler(event, FakeContext())
+    result: dict[str, Any] = api.handler(event, lambda_context(FakeContext()))
     return result
 
 

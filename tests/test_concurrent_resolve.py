@@ -148,7 +148,10 @@ def test_approve_and_deny_racing_on_siblings_agree(attempt: int) -> None:
     with scenario(cfg, model=model, inline=False) as h:
         out = h.engine.send_message("shop", "go")
         by_tool = {p.tool: p.pending_id for p in out.pending}
-        moves = [(by_tool["refund"], Approval()), (by_tool["email"], Denial())]
+        moves: list[tuple[str, Approval | Denial]] = [
+            (by_tool["refund"], Approval()),
+            (by_tool["email"], Denial()),
+        ]
 
         got = race(2, lambda i: h.engine.resolve(moves[i][0], moves[i][1], Decider(f"u{i}")))
 

@@ -495,7 +495,7 @@ def test_a_notifier_that_cannot_even_be_built_never_loses_the_pause(tmp_path: Pa
     def broken(_config: object) -> None:
         raise ConfigError("notifier email: LOOPENGINE_MAGIC_LINK_SECRET is not set")
 
-    h.rt.notifier_for = broken  # type: ignore[assignment]
+    h.rt.notifier_for = broken
     try:
         out = h.engine.send_message("broken-notifier", "go")
         assert out.pending and out.status.value == "paused"

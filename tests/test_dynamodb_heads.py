@@ -155,7 +155,7 @@ def test_events_written_on_their_own_interleave_by_time_even_at_one_stamp(
     """The clock stands still: the order they were written in is the order they read in."""
     record = started(dynamo)
     letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-    padding = {"pad": "".join(random.Random(3).choices(letters, k=2000))} if flushes else {}
+    padding: dict[str, Any] = {"pad": "".join(random.Random(3).choices(letters, k=2000))} if flushes else {}
     record = step(dynamo.stores, record, event("model_response", **padding))
     dynamo.stores.turns.add_event(record.turn_id, event("text:delta", text="Hel"))
     record = step(dynamo.stores, record, event("tool_outcome"))

@@ -32,6 +32,7 @@ from loopengine.domain.base.ids import new_id
 from loopengine.domain.decisions import DecidedBy
 from loopengine.domain.messages import Message, TextBlock, ToolResultBlock
 from loopengine.stores.dynamodb import count_requests, open_dynamodb_stores
+from loopengine.stores.dynamodb_checkpoints import DynamoCheckpointStore
 from loopengine.stores.dynamodb_codec import INLINE_LIMIT, PART_SIZE, ZDICT_1, shard_of, sortable
 from loopengine.stores.dynamodb_table import DynamoTable
 from tests.contract import T0, call, checkpoint, item, turn
@@ -481,7 +482,7 @@ def test_transaction_conflicts_are_retried_a_bounded_number_of_times(offline_cli
 def test_a_made_client_retries_in_standard_mode_with_a_bound() -> None:
     with mock.patch.dict(os.environ, FAKE_AWS):
         table = DynamoTable(TABLE, max_attempts=4)
-        retries = table.client.meta.config.retries
+        retries = vars(table.client.meta.config)["retries"]  # set by Config.__init__, not in its stubs
 
     assert retries == {"mode": "standard", "total_max_attempts": 4}
 
@@ -501,6 +502,7 @@ def test_no_client_is_made_until_the_first_request() -> None:
 
     with mock.patch.dict(os.environ, FAKE_AWS), mock_aws():
         stores = open_dynamodb_stores(TABLE, FakeClock())
+        assert isinstance(stores.checkpoints, DynamoCheckpointStore)
         table = stores.checkpoints.table
         assert table._client is None
 

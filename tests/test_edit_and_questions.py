@@ -9,7 +9,7 @@ import pytest
 from loopengine.app.request.resolution import Decider
 from loopengine.authoring.tools import ASK_USER
 from loopengine.domain.base.errors import Forbidden, InvalidInput, WrongKind
-from loopengine.domain.decisions import Approval, Denial, Reply
+from loopengine.domain.decisions import Approval, Approve, Denial, Reply
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.models.scripted import ScriptedModel, call, say, use
 from tests.harness import Calls, agent
@@ -92,6 +92,7 @@ def test_invalid_edit_then_valid_edit_on_the_same_pending_id(bad: Any, why: str)
         assert cp is not None
         (decision,) = cp.decisions
         assert decision.kind == "approve"
+        assert isinstance(decision, Approve)
         assert decision.edited_args == edit
         assert decision.decided_by == REVIEWER.identity
 

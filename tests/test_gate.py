@@ -358,12 +358,13 @@ def _genuinely_holds(cond: dict[str, Any], args: dict[str, Any]) -> bool:
     if op in ("gt", "gte", "lt", "lte"):
         if not (_is_number(actual) and _is_number(value)):
             return False
-        return {
+        compared: bool = {
             "gt": actual > value,
             "gte": actual >= value,
             "lt": actual < value,
             "lte": actual <= value,
         }[op]
+        return compared
     if op == "in":
         return any(_json_equal(actual, v) for v in value)
     assert op == "contains"

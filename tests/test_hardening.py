@@ -25,7 +25,7 @@ from loopengine.channels.slack.interact import parse_interaction, sign_slack
 from loopengine.channels.webhook.verify import WebhookReceiver
 from loopengine.http import api, root
 from loopengine.http.observability import logger as powertools_logger
-from tests.handler_support import FakeContext, InstallRoot, load_event, with_auth, with_body
+from tests.handler_support import FakeContext, InstallRoot, lambda_context, load_event, with_auth, with_body
 from tests.handler_support import call as http
 
 EVENTS = Path(__file__).resolve().parent.parent / "events"
@@ -66,7 +66,7 @@ def engine(install_root: InstallRoot) -> Engine:
 
 
 def _raw(event: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = api.handler(event, FakeContext())
+    result: dict[str, Any] = api.handler(event, lambda_context(FakeContext()))
     result["headers"] = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     return result
 

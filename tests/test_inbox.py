@@ -29,7 +29,14 @@ from loopengine.domain.principals import Principal
 from loopengine.http import api
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from tests.handler_support import EVENTS, PLACEHOLDER_PENDING, FakeContext, InstallRoot, load_event
+from tests.handler_support import (
+    EVENTS,
+    PLACEHOLDER_PENDING,
+    FakeContext,
+    InstallRoot,
+    lambda_context,
+    load_event,
+)
 from tests.harness import Build, Calls, Harness, agent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +127,7 @@ class Form:
     buttons: list[tuple[str, str]] = field(default_factory=list)
 
     def submit(
-        self, button: tuple[str, str] | None = ("decision", "approve"), **typed: str
+        self, button: tuple[str, str] | None = ("decision", "approve"), /, **typed: str
     ) -> dict[str, str]:
         """What a browser sends when ``button`` is clicked after typing ``typed`` (by control name)."""
         values = dict(self.values)
@@ -182,7 +189,7 @@ def send(method: str, path: str, who: str | None, body: bytes = b"", **headers: 
     sent = {"host": HOST, **{k.replace("_", "-"): v for k, v in headers.items()}}
     if who is not None:
         sent["authorization"] = "Basic " + base64.b64encode(CREDENTIALS[who].encode()).decode()
-    result = api.handler(to_event(method, path, sent, body, "127.0.0.1"), LocalContext())
+    result = api.handler(to_event(method, path, sent, body, "127.0.0.1"), lambda_context(LocalContext()))
     out = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     return Reply(int(result["statusCode"]), out, result.get("body") or "")
 
@@ -604,9 +611,9 @@ def test_the_sample_events_run_with_the_env_files_key(
         lambda _e: RecordingInvoker(), LOOPENGINE_MAGIC_LINK_SECRET=env["LOOPENGINE_MAGIC_LINK_SECRET"]
     )
     for name, status in (("inbox", 200), ("inbox_decide", 303), ("inbox_static", 200)):
-        result = api.handler(load_event(name), FakeContext())
+        result = api.handler(load_event(name), lambda_context(FakeContext()))
         assert result["statusCode"] == status, (name, result["body"][:500])
-    decide = api.handler(load_event("inbox_decide"), FakeContext())
+    decide = api.handler(load_event("inbox_decide"), lambda_context(FakeContext()))
     assert decide["headers"]["Location"] == f"/inbox?item={PLACEHOLDER_PENDING}"
 
 

@@ -119,7 +119,7 @@ def test_approve_in_the_inbox_and_see_it_refresh_from_the_turn_events(
     body_background = browser.execute_script("return getComputedStyle(document.body).backgroundColor;")
     assert body_background == "rgb(244, 245, 247)"
     card = wait_for(browser, lambda d: shown(d, f"#item-{mine}"), "the first card")
-    assert "issue_refund" in card["text"] and "Who may decide" in card["text"]
+    assert "issue_refund" in (card["text"] or "") and "Who may decide" in (card["text"] or "")
     browser.save_screenshot(str(tmp_path / "inbox.png"))
 
     # WHEN the first refund is edited to 100 and approved by clicking (all on one document: if the

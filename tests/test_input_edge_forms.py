@@ -28,7 +28,7 @@ from loopengine.domain.base import jsonsafe
 from loopengine.domain.base.errors import InvalidInput
 from loopengine.http import api
 from tests.edge_support import Edge, installed, pause, send
-from tests.handler_support import FakeContext, load_event
+from tests.handler_support import FakeContext, lambda_context, load_event
 
 MAGIC_SECRET = "edge-magic-secret-0123456789"
 SLACK_SECRET = "edge-slack-secret-0123456789abcd"
@@ -47,7 +47,7 @@ def edge(tmp_path: Path, handler_env: dict[str, str], monkeypatch: pytest.Monkey
 
 
 def _answer(event: dict[str, Any]) -> tuple[int, str]:
-    result = api.handler(event, FakeContext())
+    result = api.handler(event, lambda_context(FakeContext()))
     return int(result["statusCode"]), str(result.get("body") or "")
 
 

@@ -63,7 +63,7 @@ class Stream:
 
     def until(self, kind: str) -> list[dict[str, Any]]:
         """Frames up to and including the first of type ``kind``."""
-        seen = []
+        seen: list[dict[str, Any]] = []
         while True:
             frame = self.next()
             assert frame is not None, f"the stream ended before {kind}: {seen}"

@@ -93,7 +93,12 @@ def test_another_principal_has_slots_of_its_own(edge: Edge) -> None:
     turn_id = pause()["turnId"]
     engine = edge.engine
     inside, release = threading.Semaphore(0), threading.Event()
-    engine.sleep = lambda _s: (inside.release(), release.wait(10))
+
+    def hold(_s: float) -> None:
+        inside.release()
+        release.wait(10)
+
+    engine.sleep = hold
     alice = Principal("alice", "api", kind=OPERATOR)
     held = [threading.Thread(target=lambda: engine.events(turn_id, 10**6, 1.5, alice)) for _ in range(LIMIT)]
     for t in held:

@@ -158,6 +158,7 @@ def test_forty_turns_in_a_16k_window_all_finish_and_nothing_is_lost(
             out = engine.send_message("desk", f"Where is my order A-{1000 + n}?", session_id=sid)
             sid = out.session_id
             assert (out.status, out.stop_reason) == (TurnStatus.FINISHED, StopReason.END_TURN), (n, out)
+        assert sid is not None
         key = session_key("", sid)
         turns = stores.turns.session_turns(key)
         history = stores.sessions.load(key)

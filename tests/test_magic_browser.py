@@ -135,12 +135,12 @@ def test_approve_with_an_edit_in_headless_chromium(server: DevProcess, browser: 
     # one go from whichever document is there (tests/browser_support.py), never found then read
     wait_for(browser, left_page(main), "the form to post")
 
-    def result(d: Any) -> dict[str, str | None] | None:
+    def result_page(d: Any) -> dict[str, str | None] | None:
         found = shown(d, "main", "data-state")
         return found if found is not None and found["data-state"] != "form" else None
 
     # THEN the result page says it is approved and the agent is resuming
-    shown_now = wait_for(browser, result, "the result page")
+    shown_now = wait_for(browser, result_page, "the result page")
     assert shown_now["data-state"] == "approved", browser.page_source
     assert "the agent is resuming" in (shown_now["text"] or "").lower()
     shot = tmp_path / "magic_approved.png"

@@ -32,11 +32,12 @@ from loopengine.channels.magic.token import (
     verify_token,
 )
 from loopengine.domain.base.errors import InvalidInput, StoreError
+from loopengine.domain.decisions import Approve
 from loopengine.domain.policy import Expiry
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from tests.handler_support import FakeContext, InstallRoot, load_event, with_body
+from tests.handler_support import FakeContext, InstallRoot, lambda_context, load_event, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent
 
@@ -275,7 +276,7 @@ class FormReader(HTMLParser):
 
 
 def _respond(event: dict[str, Any]) -> Page:
-    result = api.handler(event, FakeContext())
+    result = api.handler(event, lambda_context(FakeContext()))
     headers = {k.lower(): v for k, v in (result.get("headers") or {}).items()}
     body = result.get("body") or ""
     if result.get("isBase64Encoded"):
@@ -411,6 +412,7 @@ def test_approve_unchanged_resumes_and_records_the_recipient(cs: Engine) -> None
     assert cp is not None
     [record] = [d for d in cp.decisions if d.pending_id == pending]
     assert record.decided_by == f"email:{REVIEWER}" and record.channel == "magic-link"
+    assert isinstance(record, Approve)
     assert record.edited_args is None
 
 
@@ -461,6 +463,7 @@ def test_edited_amount_runs_with_the_edit(cs: Engine) -> None:
     cp = cs.rt.stores.checkpoints.find_by_pending(pending)
     assert cp is not None
     [record] = [d for d in cp.decisions if d.pending_id == pending]
+    assert isinstance(record, Approve)
     assert record.edited_args == {"order_id": "A-1001", "amount": 100.0, "reason": "arrived broken"}
     # the chained email pauses again; the model heard about the edited amount
     out = cs.outcome(turn_id)

@@ -28,7 +28,7 @@ from loopengine.domain.decisions import Approval, Denial
 from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api
 from loopengine.http.functions import resume
-from tests.handler_support import FakeContext, InstallRoot, call, load_event, with_body
+from tests.handler_support import FakeContext, InstallRoot, call, lambda_context, load_event, with_body
 from tests.mcp_support import RULES, TOKEN, BillingServer, write_billing_agent
 
 # One pytest-xdist worker runs them all: one imports the mcp package and starts the billing server
@@ -332,7 +332,7 @@ def test_through_the_api_handler_an_mcp_call_pauses_resumes_and_a_down_server_is
     invoker = engine.rt.invoker
     assert isinstance(invoker, RecordingInvoker)
     while invoker.invoked:
-        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), FakeContext())
+        resume.handler(load_event("resume", turnId=invoker.invoked.pop(0)), lambda_context(FakeContext()))
     assert billing.count("charge") == 1 and engine.outcome(paused["turnId"]).status is TurnStatus.FINISHED
 
     billing.stop()

@@ -44,7 +44,8 @@ def _meter(client: Any, projection: tuple[str, ...] | None) -> Meter:
 
 
 def _index_wru(meter: Meter) -> float:
-    return sum(meter.report()["index_wru"].values())
+    total: float = sum(meter.report()["index_wru"].values())
+    return total
 
 
 def _put(client: Any, item: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ DEADLINE = re.compile(r"\bdeadline\s*=\s*(?!None\b)[^,)\s]+")
 
 
 def test_hypothesis_runs_without_a_deadline() -> None:
-    assert settings.default.deadline is None
+    assert settings.default is not None and settings.default.deadline is None
     assert settings().deadline is None  # what an @settings(...) without deadline= inherits
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import pytest
@@ -47,6 +47,9 @@ from loopengine.stores.sqlite import open_sqlite_stores
 from tests.contract.conftest import FAKE_AWS, fake_session
 from tests.harness import Calls, StaticAgents, agent
 from tests.test_magic_links import get_page, post_page
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 REGION = "us-east-1"
 SENDER = "loopengine@example.com"
@@ -249,7 +252,7 @@ def subscribed_queue(topic_arn: str) -> str:
     return url
 
 
-def receive(url: str, expected: int) -> list[dict[str, Any]]:
+def receive(url: str, expected: int) -> list[MessageTypeDef]:
     sqs = boto3.client("sqs", region_name=REGION)
     got = sqs.receive_message(
         QueueUrl=url,
@@ -257,12 +260,12 @@ def receive(url: str, expected: int) -> list[dict[str, Any]]:
         MessageAttributeNames=["All"],
         MessageSystemAttributeNames=["All"],
     )
-    messages: list[dict[str, Any]] = got.get("Messages", [])
+    messages = got.get("Messages", [])
     assert len(messages) == expected, messages
     return messages
 
 
-def attrs(message: dict[str, Any]) -> dict[str, str]:
+def attrs(message: MessageTypeDef) -> dict[str, str]:
     return {k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()}
 
 

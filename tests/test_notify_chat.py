@@ -27,7 +27,7 @@ from loopengine.channels.lark.cards import CardMaker
 from loopengine.channels.lark.send import LarkNotifier, sign
 from loopengine.channels.magic import token as magic
 from loopengine.channels.slack import routes as slack_handler
-from loopengine.channels.slack.interact import parse_button_value, parse_interaction, sign_slack
+from loopengine.channels.slack.interact import SlackAction, parse_button_value, parse_interaction, sign_slack
 from loopengine.channels.slack.send import SlackNotifier
 from loopengine.channels.slack.values import MAX_OPTIONS, ButtonValue, parse_value
 from loopengine.domain.base.clock import FakeClock
@@ -48,7 +48,7 @@ LARK_SECRET = "lark-s1gning-secret"
 MAGIC_SECRET = "m4gic-link-secret"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 PENDING = "pnd_0123456789abcdef"
-APPROVAL = {
+APPROVAL: dict[str, Any] = {
     "pendingId": PENDING,
     "turnId": "trn_1",
     "sessionId": "ses_1",
@@ -60,7 +60,7 @@ APPROVAL = {
     "args": {"order_id": "A-1001", "amount": 212.0, "note": '<at user_id="all"></at> & <!here>'},
     "resolveUrl": f"https://loop.example/pending-approvals/{PENDING}/resolve",
 }
-QUESTION = {
+QUESTION: dict[str, Any] = {
     "pendingId": PENDING,
     "turnId": "trn_1",
     "sessionId": "ses_1",
@@ -182,6 +182,7 @@ def test_slack_approval_is_a_chat_post_message_with_the_buttons_the_route_reads(
     assert parse_button_value(deny["value"]) == ("deny", PENDING)
     click = {"type": "block_actions", "user": {"id": "U0ALICE"}, "actions": [deny]}
     action = parse_interaction(urlencode({"payload": json.dumps(click)}).encode())
+    assert isinstance(action, SlackAction)
     assert (action.decision, action.pending_id) == ("deny", PENDING)
     # what the model wrote cannot mention anyone
     text = json.dumps(body)

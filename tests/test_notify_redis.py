@@ -108,8 +108,9 @@ REFUND_SCRIPT = [call(use("issue_refund", REFUND_ARGS)), say("Refund issued.")]
 QUESTION_SCRIPT = [call(use(ASK_USER, QUESTION)), say("Thanks.")]
 
 
-def body_of(raw: bytes, clock: FakeClock) -> bytes:
+def body_of(raw: bytes | str, clock: FakeClock) -> bytes:
     """The webhook body a signed list entry carries, its signature verified (the consumer's check)."""
+    assert isinstance(raw, bytes)  # the readers do not decode responses
     return opened(SECRET, raw, tolerance=WEEK, now=clock.now())
 
 
@@ -276,9 +277,13 @@ def test_stream_mode_adds_the_body_with_event_fields_and_trims(server: RedisServ
     assert notifier is not None
     note = Notification("approval", {"eventId": "evt_" + "a" * 32, "pendingId": "pnd_1", "tool": "t"})
     where = notifier.send(note)
-    [(entry_id, fields)] = reader(server).xrange(KEY)
+    added = reader(server).xrange(KEY)
+    assert added is not None
+    [(entry_id, fields)] = added
+    assert isinstance(entry_id, bytes) and fields is not None  # the reader does not decode responses
     assert where == f"redis stream {KEY} at 127.0.0.1:{server.port}/0 (entry {entry_id.decode()})"
-    assert fields.pop(b"signature").startswith(f"t={int(clock.now())},v1=".encode())
+    signature = fields.pop(b"signature")
+    assert isinstance(signature, bytes) and signature.startswith(f"t={int(clock.now())},v1=".encode())
     assert fields == {
         b"event": b"approval",
         b"eventId": ("evt_" + "a" * 32).encode(),
@@ -448,6 +453,7 @@ def test_every_entry_is_signed_and_what_was_changed_or_signed_otherwise_fails(se
     note = Notification("approval", args)
     notifier.send(note)
     [raw] = reader(server).lrange(KEY, 0, -1)
+    assert isinstance(raw, bytes)  # the reader does not decode responses
     assert body_of(raw, clock) == notification_body(note).encode()
     unsigned = notification_body(note).encode()
     refused = [

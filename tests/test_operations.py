@@ -27,7 +27,7 @@ from loopengine.http import api, observability
 from loopengine.http.functions import resume, schedule
 from loopengine.http.observability import EXTRA, FAILURE_METRICS, Metric, signals
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from tests.handler_support import FakeContext, load_event, with_body
+from tests.handler_support import FakeContext, lambda_context, load_event, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, agent
 
@@ -274,7 +274,7 @@ def test_each_failure_signal_leaves_the_handlers_as_emf(
             raise KeyboardInterrupt
 
     with faults.inject(die_after_the_tool), pytest.raises(KeyboardInterrupt):
-        resume.handler(load_event("resume", turnId=paused["turnId"]), FakeContext())
+        resume.handler(load_event("resume", turnId=paused["turnId"]), lambda_context(FakeContext()))
     # a model outage: one turn waits for its retry, a second one fails for good
     outage = with_body(load_event("post_message", **{"customer-service": "shop"}), {"message": "outage"})
     assert http(api.handler, outage)[1]["status"] == "retrying"
@@ -284,9 +284,9 @@ def test_each_failure_signal_leaves_the_handlers_as_emf(
     # ten minutes later the sweep finds the dead runner's turn, and the resume reports the call unknown
     h.clock.advance(600)
     h.invoker.invoked.clear()  # type: ignore[attr-defined]
-    assert schedule.handler({"action": "sweep"}, FakeContext())["recovered"] >= 1
+    assert schedule.handler({"action": "sweep"}, lambda_context(FakeContext()))["recovered"] >= 1
     assert paused["turnId"] in h.invoker.invoked  # type: ignore[attr-defined]
-    resume.handler(load_event("resume", turnId=paused["turnId"]), FakeContext())
+    resume.handler(load_event("resume", turnId=paused["turnId"]), lambda_context(FakeContext()))
     assert calls.count("refund") == 1
 
     docs = emitted(capsys)

@@ -156,7 +156,8 @@ TOOLS: list[JsonDict] = [{"name": "lookup_order", "description": "d", "input_sch
 
 def _params(cache: PromptCache, system: str = "Be careful.", history: list[Message] = HISTORY) -> JsonDict:
     request = ModelRequest("claude-test", system, 1024, history, TOOLS)
-    return json.loads(json.dumps(AnthropicModel(cache=cache).params(request)))
+    params: JsonDict = json.loads(json.dumps(AnthropicModel(cache=cache).params(request)))
+    return params
 
 
 def test_a_one_hour_ttl_marks_every_breakpoint_with_it_and_off_marks_none() -> None:

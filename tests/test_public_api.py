@@ -23,7 +23,7 @@ def test_every_public_name_resolves_to_what_it_says() -> None:
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Tools'"):
-        _ = loopengine.Tools  # type: ignore[attr-defined]
+        _ = loopengine.Tools
 
 
 def test_importing_the_root_loads_no_sdk_and_no_engine() -> None:

@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,13 +71,14 @@ def test_the_page_shows_what_the_example_prints(ran: tuple[subprocess.CompletedP
 
 def test_the_signatures_on_the_page_are_the_codes() -> None:
     page = PAGE.read_text()
-    for name, function in [
+    functions: list[tuple[str, Callable[..., Any]]] = [
         ("build_engine", build_engine),
         ("send_message", Engine.send_message),
         ("open_items", Engine.open_items),
         ("follow", Engine.follow),
         ("resolve", Engine.resolve),
-    ]:
+    ]
+    for name, function in functions:
         shown = [m for m in re.findall(rf"`(?:engine\.)?{name}\(([^`]*)\)`", page) if "_" in m or "=" in m]
         assert shown, f"docs/python.md gives no signature for {name}"
         documented = [p.split("=")[0].strip() for p in shown[0].split(",")]

@@ -54,7 +54,8 @@ def test_an_answer_outside_the_options_is_400_naming_them_and_the_question_stays
 
     status, body = answer(pending_id, " replacement ")  # surrounding whitespace aside: an option
     assert (status, body["outstanding"]) == (202, 0), body
-    assert h.engine.turn(body["turnId"]).stop_reason.value == "end_turn"
+    stop_reason = h.engine.turn(body["turnId"]).stop_reason
+    assert stop_reason is not None and stop_reason.value == "end_turn"
     assert answer(pending_id, "refund") == (200, {"alreadyResolved": True})
 
 
@@ -62,7 +63,8 @@ def test_a_question_that_allows_free_text_takes_any_answer(install_harness: Buil
     h, pending_id = asking(install_harness, allow_free_text=True)
     status, body = answer(pending_id, "Refund to the original card, please.")
     assert (status, body["outstanding"]) == (202, 0), body
-    assert h.engine.turn(body["turnId"]).stop_reason.value == "end_turn"
+    stop_reason = h.engine.turn(body["turnId"]).stop_reason
+    assert stop_reason is not None and stop_reason.value == "end_turn"
 
 
 def test_a_question_without_options_takes_any_answer_and_the_library_refuses_alike(

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis import Redis
 
 from loopengine.authoring.tools import args_hash
 from loopengine.channels.redis.consume import RedisQueue, connect, consume_once
@@ -62,7 +63,7 @@ class Stack:
     def api(self) -> str:
         return f"http://127.0.0.1:{self.dev.port}"
 
-    def client(self) -> redis.Redis:
+    def client(self) -> Redis:
         return redis.Redis(host="127.0.0.1", port=self.redis.port, password=PASSWORD, socket_timeout=30)
 
     def queue(self, key: str, mode: str = "list", consumer: str = "worker-1") -> RedisQueue:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.parameters import base as parameters_base
+from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 from moto import mock_aws
 
 from loopengine.app.invokers import RecordingInvoker
@@ -43,15 +43,15 @@ def sm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         "AWS_SECRET_ACCESS_KEY": "testing",
     }.items():
         monkeypatch.setenv(name, value)
-    parameters_base.DEFAULT_PROVIDERS.clear()
+    DEFAULT_PROVIDERS.clear()
     with mock_aws():
         yield fake_session().client("secretsmanager")  # one Session: botocore's data parsed once
-    parameters_base.DEFAULT_PROVIDERS.clear()
+    DEFAULT_PROVIDERS.clear()
 
 
 def age_out() -> None:
     """Make every cached secret as old as MAX_AGE: the state a warm function is in minutes later."""
-    provider = parameters_base.DEFAULT_PROVIDERS["secrets"]
+    provider = DEFAULT_PROVIDERS["secrets"]
     for key, entry in list(provider.store.items()):
         provider.store[key] = entry._replace(ttl=datetime.min)
 

@@ -199,7 +199,9 @@ def test_the_buttons_we_send_are_the_buttons_we_read() -> None:
     for button, decision in ((approve, "approve"), (deny, "deny")):
         payload = click_payload(button["value"])
         payload["actions"] = [button]
-        assert parse_interaction(form(payload)).decision == decision
+        action = parse_interaction(form(payload))
+        assert isinstance(action, SlackAction)
+        assert action.decision == decision
 
 
 def test_the_message_escapes_what_the_model_wrote() -> None:
@@ -637,6 +639,7 @@ def test_the_sample_event_is_a_click_on_the_button_we_send() -> None:
     assert clicked["value"] == f"approve:{PLACEHOLDER_PENDING}"
     assert clicked["block_id"] == buttons["block_id"]
     action = parse_interaction(event["body"].encode())
+    assert isinstance(action, SlackAction)
     assert (action.decision, action.pending_id) == ("approve", PLACEHOLDER_PENDING)
     assert action.user_id == "U00000000"
     assert action.response_url is not None and action.response_url.startswith("https://hooks.slack.com/")

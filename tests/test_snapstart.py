@@ -21,11 +21,13 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_lambda_powertools.utilities.parameters import base as parameters_base
+from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
 
 from loopengine.app.engine import Engine
 from loopengine.app.invokers import RecordingInvoker
+from loopengine.authoring import agent_loader
 from loopengine.authoring import registry as registry_module
+from loopengine.authoring.agent import AgentConfig
 from loopengine.aws.lambda_invoker import LambdaInvoker
 from loopengine.domain.base.errors import ConfigError
 from loopengine.http import root, secrets
@@ -93,7 +95,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setenv(name, value)
     for name in UNSET:
         monkeypatch.delenv(name, raising=False)
-    parameters_base.DEFAULT_PROVIDERS.clear()
+    DEFAULT_PROVIDERS.clear()
     root.install(None)
     with moto_dynamodb(TABLE):
         sm = boto3.client("secretsmanager", region_name="us-east-1")
@@ -102,7 +104,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             yield sm
         finally:
             root.install(None)
-            parameters_base.DEFAULT_PROVIDERS.clear()
+            DEFAULT_PROVIDERS.clear()
 
 
 def test_init_registers_both_hooks_where_the_runtime_provides_them(hooks: FakeRuntimeHooks) -> None:
@@ -120,13 +122,21 @@ def test_the_snapshot_holds_the_engine_and_the_parsed_agents(
     aws: Any, hooks: FakeRuntimeHooks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     parsed: list[str] = []
-    parse = registry_module.parse_folder
-    monkeypatch.setattr(
-        registry_module, "parse_folder", lambda folder, *a: parsed.append(folder.name) or parse(folder, *a)
-    )
+    parse = agent_loader.parse_folder  # the function the registry calls (its own import of it)
+
+    def parse_noted(folder: Path, *a: Any) -> AgentConfig:
+        parsed.append(folder.name)
+        return parse(folder, *a)
+
+    monkeypatch.setattr(registry_module, "parse_folder", parse_noted)
     builds: list[Engine] = []
     build = root.build
-    monkeypatch.setattr(root, "build", lambda *a, **k: builds.append(build(*a, **k)) or builds[-1])
+
+    def build_noted(*a: Any, **k: Any) -> Engine:
+        builds.append(build(*a, **k))
+        return builds[-1]
+
+    monkeypatch.setattr(root, "build", build_noted)
     snapstart.init("resume")
 
     hooks.snapshot()
@@ -164,7 +174,7 @@ def test_a_restored_environment_reads_the_model_key_again(aws: Any, hooks: FakeR
 
     hooks.restore()
 
-    assert "secrets" not in parameters_base.DEFAULT_PROVIDERS  # its client and cache are gone
+    assert "secrets" not in DEFAULT_PROVIDERS  # its client and cache are gone
     assert secrets.environ()["ANTHROPIC_API_KEY"] == "sk-ant-rotated"
 
 

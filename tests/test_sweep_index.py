@@ -91,7 +91,8 @@ def test_a_renewed_turn_is_never_swept_and_its_entry_moves_once(store: str, tmp_
             clock.advance(LEASE / 3)
             _beat(rt, claimed.turn_id, clock)
         renewed = stores.turns.get_turn(claimed.turn_id)
-        assert renewed is not None and renewed.due_at == claimed.due_at < clock.now() < renewed.lease_until
+        assert renewed is not None and claimed.due_at is not None
+        assert renewed.due_at == claimed.due_at < clock.now() < renewed.lease_until
 
         swept = Engine(rt).sweep()
 

@@ -59,7 +59,7 @@ def _offline_policies() -> Any:
 
     class OfflineManagedPolicyLoader(ManagedPolicyLoader):
         def __init__(self) -> None:
-            super().__init__(iam_client=None)  # type: ignore[arg-type]
+            super().__init__(iam_client=None)
 
         def load(self) -> dict[str, str]:
             return {}

@@ -38,7 +38,12 @@ def test_a_burst_of_invokes_runs_at_most_n_at_once_and_every_one_runs() -> None:
 
 def test_a_turn_already_waiting_is_not_queued_twice() -> None:
     gate, ran = threading.Event(), []
-    invoker = ThreadInvoker(lambda t: (gate.wait(5), ran.append(t)), max_running=1)
+
+    def run(t: str) -> None:
+        gate.wait(5)
+        ran.append(t)
+
+    invoker = ThreadInvoker(run, max_running=1)
     invoker.invoke("trn_busy")  # takes the one worker
     time.sleep(0.1)
     for _ in range(5):

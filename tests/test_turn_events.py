@@ -10,6 +10,7 @@ that window means the notification is never sent.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def _agent(calls: Calls, **kw: Any) -> Any:
 
 
 @pytest.fixture
-def h(tmp_path: Path) -> Harness:
+def h(tmp_path: Path) -> Iterator[Harness]:
     calls = Calls()
     built = make_harness(tmp_path / "events.db", _agent(calls), model=ScriptedModel.from_list(SCRIPT))
     yield built
@@ -205,7 +206,7 @@ def test_messages_route_refuses_a_live_that_is_not_a_boolean(install_harness: Bu
 
 
 @pytest.fixture
-def live(tmp_path: Path) -> Harness:
+def live(tmp_path: Path) -> Iterator[Harness]:
     config = _agent(Calls(), live_wait=45.0)  # longer than the outbox's first retry (30 s)
     built = make_harness(tmp_path / "live.db", config, model=ScriptedModel.from_list(SCRIPT))
     yield built

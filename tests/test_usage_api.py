@@ -18,6 +18,7 @@ from loopengine.domain.tokens.metering import day_of
 from loopengine.http import api
 from loopengine.local.dev import LocalContext, to_event
 from loopengine.models.anthropic import AnthropicModel
+from tests.handler_support import lambda_context
 from tests.harness import Build, Calls, Harness, agent
 from tests.window_standin import WindowedMessagesApi
 
@@ -51,7 +52,7 @@ def call(method: str, path: str, caller: str, body: Any = None) -> tuple[int, di
     headers = {"content-type": "application/json"}
     headers["authorization"] = "Basic " + base64.b64encode(BASIC[caller].encode()).decode()
     raw = b"" if body is None else json.dumps(body).encode()
-    result = api.handler(to_event(method, path, headers, raw, "127.0.0.1"), LocalContext())
+    result = api.handler(to_event(method, path, headers, raw, "127.0.0.1"), lambda_context(LocalContext()))
     return int(result["statusCode"]), json.loads(result["body"] or "{}")
 
 

@@ -23,7 +23,7 @@ from loopengine.domain.turns import StopReason, TurnStatus
 from loopengine.http import api, root
 from loopengine.http.functions import resume, schedule
 from loopengine.models.scripted import ScriptedModel, call, say, use
-from tests.handler_support import FakeContext, load_event, with_auth, with_body
+from tests.handler_support import FakeContext, lambda_context, load_event, with_auth, with_body
 from tests.handler_support import call as http
 from tests.harness import Build, Calls, Harness, agent
 
@@ -103,7 +103,7 @@ def list_pending() -> list[dict[str, Any]]:
 
 
 def sweep() -> dict[str, Any]:
-    out: dict[str, Any] = schedule.handler(load_event("schedule_sweep"), FakeContext())
+    out: dict[str, Any] = schedule.handler(load_event("schedule_sweep"), lambda_context(FakeContext()))
     return out
 
 
@@ -442,7 +442,7 @@ def test_expiry_with_on_expiry_deny_is_a_denial_the_model_is_told_about(build: B
     # the turn still resumes: expiry is a policy, not a reviewer's "no"
     assert len(model.requests) == 2
     record = h.engine.turn(turn_id)
-    assert record.stop_reason is StopReason.END_TURN and record.stop_reason is not StopReason.DENIED
+    assert record.stop_reason is not StopReason.DENIED and record.stop_reason is StopReason.END_TURN
     assert_valid(h, sid)
 
 
@@ -842,7 +842,7 @@ def test_a_parked_turn_resumes_on_the_code_version_it_started_with(build: Build)
     assert status == 202 and body["status"] == "resuming"
     assert invoker.invoked == [turn_id] and invoker.versions == ["7"]
     # the resume worker delivers it; the turn keeps its version
-    out = resume.handler(load_event("resume", turnId=turn_id), FakeContext())
+    out = resume.handler(load_event("resume", turnId=turn_id), lambda_context(FakeContext()))
     assert out["resumed"] is True and out["status"] == "finished"
     assert h.engine.turn(turn_id).code_version == "7"
     # the next turn runs on the new version

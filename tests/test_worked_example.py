@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from loopengine.app import views
+from loopengine.app.invokers import RecordingInvoker
 from loopengine.app.request.resolution import Decider
 from loopengine.app.worker.loop import merged
 from loopengine.authoring.agent import AgentConfig
@@ -325,6 +326,7 @@ def test_a_denial_that_closes_a_batch_with_an_approved_call_hands_it_to_the_work
             {"resolved": True, "outstanding": 0, "status": "resuming", "turnId": turn_id},
         )
         assert calls.count("issue_refund") == 0  # not in the request
+        assert isinstance(h.invoker, RecordingInvoker)  # inline=False
         assert h.invoker.invoked == [turn_id]
         h.engine.resume(turn_id)  # the worker
 
@@ -339,5 +341,6 @@ def test_a_denial_with_nothing_approved_still_finishes_in_the_request(
         turn_id, _sid, pending = start(h)
         h.engine.resolve(pending["t3"].pending_id, Denial(), BOB)
 
+        assert isinstance(h.invoker, RecordingInvoker)  # inline=False
         assert h.invoker.invoked == []
         assert turn(h, turn_id).stop_reason is StopReason.DENIED

@@ -58,7 +58,8 @@ def fake_session() -> Any:
 
         with mock.patch.dict(os.environ, FAKE_AWS):
             session = boto3.session.Session(region_name=FAKE_AWS["AWS_DEFAULT_REGION"])
-            assert session.get_credentials().access_key == FAKE_AWS["AWS_ACCESS_KEY_ID"]
+            credentials = session.get_credentials()
+            assert credentials is not None and credentials.access_key == FAKE_AWS["AWS_ACCESS_KEY_ID"]
         _SESSION.append(session)
     return _SESSION[0]
 

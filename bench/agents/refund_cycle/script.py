@@ -33,7 +33,7 @@ def respond(request: ModelRequest) -> ModelResponse:
                 results[names.get(r.tool_use_id, "?")] = {"status": "error"}
     if not results:
         n = len(history)
-        calls = (("lookup_order", LOOKUP), ("issue_refund", REFUND))
+        calls: tuple[tuple[str, dict[str, Any]], ...] = (("lookup_order", LOOKUP), ("issue_refund", REFUND))
         blocks = tuple(
             ToolUseBlock(id=f"toolu_{n:03d}_{i}", name=k, input=a) for i, (k, a) in enumerate(calls)
         )
