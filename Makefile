@@ -104,8 +104,8 @@ dev: $(RUNTIME)
 	LOOPENGINE_DB=$(STORE) $(BIN)/loopengine dev --port $(PORT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench scripts examples
+	$(BIN)/ruff format --check src tests bench scripts examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
