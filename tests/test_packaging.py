@@ -286,7 +286,7 @@ def test_make_test_lints_and_runs_the_fast_tests_before_it_builds_the_sam_cli_en
     def first(pattern: str) -> int:
         return next(i for i, line in enumerate(lines) if re.search(pattern, line))
 
-    lint, types = first(r"ruff check src tests bench examples"), first(r"/mypy$")
+    lint, types = first(r"ruff check src tests bench scripts examples"), first(r"/mypy$")
     fast, slow = (
         first(r'pytest -n \S+ (--\S+ \S+ )*-m "not slow and not sam"'),
         first(r'pytest -n \S+ (--\S+ \S+ )*-m "slow or sam"'),
