@@ -21,29 +21,22 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import console_problems, left_page, shown, violations, wait_for
+from tests.browser_support import (
+    NO_BROWSER,
+    console_problems,
+    has_browser,
+    left_page,
+    shown,
+    start_chromium,
+    violations,
+    wait_for,
+)
 from tests.dev_support import DevProcess, admin_env, free_port, request
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 MESSAGE = "Order A-1001 arrived broken."
-RECORD_VIOLATIONS = """
-window.__violations = [];
-document.addEventListener("securitypolicyviolation", function (e) {
-  window.__violations.push(e.violatedDirective + " " + e.blockedURI);
-});
-"""
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-        reason=(
-            f"browser test skipped: {CHROMIUM} or {CHROMEDRIVER} is missing; as root on Debian, "
-            "LOOPENGINE_INSTALL_BROWSER=1 make test installs chromium and chromium-driver "
-            "(scripts/ensure_chromium.sh; .ci/run does this)"
-        ),
-    ),
+    pytest.mark.skipif(not has_browser(), reason=NO_BROWSER),
 ]
 
 
@@ -57,31 +50,7 @@ def server(tmp_path: Path) -> Iterator[DevProcess]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--window-size=1000,1400",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(30)
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_VIOLATIONS})
+    driver = start_chromium(tmp_path)
     try:
         yield driver
     finally:

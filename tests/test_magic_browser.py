@@ -20,25 +20,16 @@ from typing import Any
 import pytest
 
 from loopengine.channels.magic.token import issue_token
-from tests.browser_support import left_page, shown, wait_for
+from tests.browser_support import NO_BROWSER, has_browser, left_page, shown, start_chromium, wait_for
 from tests.dev_support import DevProcess, free_port, request
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SECRET = "browser-test-magic-secret"
 REVIEWER = "reviewer@example.com"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-        reason=(
-            f"browser test skipped: {CHROMIUM} or {CHROMEDRIVER} is missing; as root on Debian, "
-            "LOOPENGINE_INSTALL_BROWSER=1 make test installs chromium and chromium-driver "
-            "(scripts/ensure_chromium.sh; .ci/run does this)"
-        ),
-    ),
+    pytest.mark.skipif(not has_browser(), reason=NO_BROWSER),
 ]
 
 
@@ -61,29 +52,7 @@ def server(tmp_path: Path) -> Iterator[DevProcess]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--window-size=900,1100",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(arg)
-    service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(30)
+    driver = start_chromium(tmp_path, size="900,1100")
     try:
         yield driver
     finally:
